@@ -1,0 +1,166 @@
+"""Rebuild the shipped tiny Qwen: ``python -m labkit.build_tiny``.
+
+The steps, all deterministic from ``--seed`` on a CPU:
+
+1. build the character tokenizer (:func:`labkit.models.build_char_tokenizer`), a ``transformers``
+   fast tokenizer with Qwen's chat template;
+2. create a Qwen3 model from :func:`labkit.models.tiny_qwen_config` with fresh weights;
+3. warm-start it by supervised fine-tuning on solutions from the task suite
+   (:func:`labkit.tasks.sft_examples`), a mix of direct answers, worked solutions and verbose ones,
+   with the loss on the completion tokens only;
+4. save model, tokenizer and ``build_info.json`` (settings, loss curve summary, timing) with
+   ``save_pretrained`` under ``data/models/tiny-qwen``.
+
+The warm-start is deliberately short: the goal is a model that has learned the answer format and
+the solution styles but still fails often (pass@1 at temperature 1 well below 100%), so that RL
+has something to improve, and that answers directly more often than the direct style deserves,
+so that accuracy-only RL has a reason to lengthen responses.
+
+``--steps 0`` saves the random-initialised model with the same tokenizer (the "RL cannot start
+from nothing" demo); :func:`labkit.models.load_policy` with ``random_init=True`` gives the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from labkit.models import TINY_MODEL_DIR, build_char_tokenizer, count_parameters, tiny_qwen_config
+from labkit.rollout import prompt_text
+
+#: Mix of solution styles in the warm-start data (see labkit.tasks.solution_text).
+STYLE_WEIGHTS = {"direct": 0.45, "worked": 0.4, "verbose": 0.15}
+
+
+def encode_sft(tokenizer, examples, max_len: int):
+    """Tokenize SFT examples into padded tensors with a completion-only loss mask.
+
+    Returns ``input_ids`` (N, T), ``attention_mask`` (N, T) and ``labels`` (N, T) where labels are
+    -100 on prompt and padding tokens. Padding is on the right (training does not need left pad).
+    """
+    rows, label_rows = [], []
+    for ex in examples:
+        prompt = tokenizer(prompt_text(tokenizer, [{"role": "user", "content": ex["prompt"]}]),
+                           add_special_tokens=False)["input_ids"]
+        completion = tokenizer(ex["completion"] + tokenizer.eos_token,
+                               add_special_tokens=False)["input_ids"]
+        ids = (prompt + completion)[:max_len]
+        labels = ([-100] * len(prompt) + completion)[:max_len]
+        rows.append(ids)
+        label_rows.append(labels)
+    width = max(len(r) for r in rows)
+    pad = tokenizer.pad_token_id
+    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (r, lab) in enumerate(zip(rows, label_rows)):
+        input_ids[i, : len(r)] = torch.tensor(r)
+        labels[i, : len(lab)] = torch.tensor(lab)
+        mask[i, : len(r)] = 1
+    return input_ids, mask, labels
+
+
+def warm_start(model, tokenizer, *, steps: int, batch_size: int, lr: float, seed: int,
+               max_len: int = 256, log_every: int = 50, style_weights=None):
+    """Supervised fine-tuning on freshly drawn task solutions; returns a list of (step, loss)."""
+    from labkit.tasks import sft_examples
+
+    style_weights = style_weights or STYLE_WEIGHTS
+    examples = sft_examples(steps * batch_size, seed=seed, style_weights=style_weights)
+    random.Random(seed).shuffle(examples)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
+    warmup = max(1, steps // 20)
+
+    def lr_at(step):  # linear warm-up, cosine decay to 10%
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, steps - warmup)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    model.train()
+    curve, running = [], 0.0
+    for step in range(steps):
+        batch = examples[step * batch_size:(step + 1) * batch_size]
+        ids, mask, labels = encode_sft(tokenizer, batch, max_len)
+        out = model(input_ids=ids, attention_mask=mask, labels=labels)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        running += out.loss.item()
+        if (step + 1) % log_every == 0 or step + 1 == steps:
+            n = (step % log_every) + 1
+            curve.append((step + 1, running / n))
+            print(f"step {step + 1:5d}  loss {running / n:.4f}", flush=True)
+            running = 0.0
+    model.eval()
+    return curve
+
+
+def build(out: Path, *, steps: int, batch_size: int, lr: float, seed: int, threads: int | None):
+    from transformers import AutoModelForCausalLM
+
+    if threads:
+        torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    tokenizer = build_char_tokenizer()
+    config = tiny_qwen_config(len(tokenizer), bos_token_id=None,
+                              eos_token_id=tokenizer.eos_token_id,
+                              pad_token_id=tokenizer.pad_token_id)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    start = time.perf_counter()
+    curve = warm_start(model, tokenizer, steps=steps, batch_size=batch_size, lr=lr, seed=seed) \
+        if steps else []
+    seconds = time.perf_counter() - start
+    out.mkdir(parents=True, exist_ok=True)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    info = {
+        "command": f"python -m labkit.build_tiny --out {out} --steps {steps} "
+                   f"--batch-size {batch_size} --lr {lr} --seed {seed}",
+        "architecture": type(model).__name__,
+        "parameters": count_parameters(model),
+        "vocab_size": len(tokenizer),
+        "steps": steps,
+        "batch_size": batch_size,
+        "lr": lr,
+        "seed": seed,
+        "style_weights": STYLE_WEIGHTS,
+        "warm_start_seconds": round(seconds, 1),
+        "loss_curve": curve,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "machine": platform.processor() or platform.machine(),
+    }
+    (out / "build_info.json").write_text(json.dumps(info, indent=1) + "\n")
+    print(f"saved {info['parameters']:,}-parameter {info['architecture']} to {out} "
+          f"after {seconds:.0f} s of warm-start")
+    return model, tokenizer
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=TINY_MODEL_DIR)
+    ap.add_argument("--steps", type=int, default=1200, help="SFT steps (0: random init)")
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    args = ap.parse_args(argv)
+    build(args.out, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
+          threads=args.threads)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,234 @@
+"""Load a policy and its tokenizer: the shipped tiny Qwen, a local folder, or a hub id.
+
+Two model worlds share this one entry point, :func:`load_policy`:
+
+* the **tiny Qwen** shipped in ``data/models/tiny-qwen`` (the default; nothing to download): a real
+  ``transformers`` Qwen3 architecture with a character-level tokenizer whose format tags
+  (``<think>``, ``</think>``, ``<answer>``, ``</answer>``) are single tokens and a Qwen-style chat
+  template. ``python -m labkit.build_tiny`` rebuilds it;
+* a **real small Qwen** (``Qwen/Qwen2.5-0.5B-Instruct``, ``Qwen/Qwen3-0.6B``...) by hub id, for
+  machines with a network and usually a GPU.
+
+``random_init=True`` builds the same architecture from its config alone with fresh weights: the
+"RL cannot start from nothing" demo on the tiny model, and the way to measure memory and speed of
+a real Qwen shape on a GPU without downloading weights.
+
+Device and dtype default to the best the machine has: cuda, then mps, then cpu; bfloat16 on GPUs
+that support it, float32 elsewhere (float16 training needs loss scaling, which the lab avoids).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+#: Where the shipped data lives; ``LABKIT_DATA`` overrides it (e.g. a read-only install).
+DATA_DIR = Path(os.environ.get("LABKIT_DATA", Path(__file__).resolve().parent.parent / "data"))
+TINY_MODEL_DIR = DATA_DIR / "models" / "tiny-qwen"
+
+#: Short names accepted by :func:`load_policy` in place of a path or hub id.
+ALIASES = {"tiny": TINY_MODEL_DIR}
+
+# Special tokens of the character tokenizer. The chat tokens are Qwen's own; the format tags are
+# single tokens so that a format reward and the answer extraction see them atomically, as they do
+# in a real Qwen3 vocabulary (where <think> and </think> are added tokens).
+PAD_TOKEN = "<|endoftext|>"
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+UNK_TOKEN = "<unk>"
+FORMAT_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
+SPECIAL_TOKENS = (PAD_TOKEN, IM_START, IM_END, UNK_TOKEN, *FORMAT_TAGS)
+#: Every ordinary character the tokenizer knows: newline and printable ASCII.
+CHARACTERS = "\n" + "".join(chr(c) for c in range(0x20, 0x7F))
+
+#: Qwen's chat layout (ChatML): one ``<|im_start|>role\\n ... <|im_end|>\\n`` block per message.
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def build_char_tokenizer():
+    """Build the tiny model's character-level tokenizer as a ``transformers`` fast tokenizer.
+
+    Ids 0..7 are the special tokens (pad, chat markers, unknown, the four format tags), then one id
+    per character of :data:`CHARACTERS`. Any other character (non-ASCII) maps to ``<unk>``.
+    ``eos_token`` is ``<|im_end|>``, so generation stops at the end of the assistant turn, as with
+    Qwen's instruct models.
+    """
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    for ch in CHARACTERS:
+        vocab[ch] = len(vocab)
+    # A BPE model with no merges is exactly a character lookup; special tokens are matched whole
+    # before it runs, and Fuse() joins characters back without inserting spaces.
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK_TOKEN))
+    core.add_special_tokens(list(SPECIAL_TOKENS))
+    core.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token=PAD_TOKEN,
+        eos_token=IM_END,
+        unk_token=UNK_TOKEN,
+        additional_special_tokens=list(FORMAT_TAGS) + [IM_START],
+        padding_side="left",
+        clean_up_tokenization_spaces=False,
+        model_max_length=512,
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def tiny_qwen_config(vocab_size: int, **overrides):
+    """The tiny model's architecture: a genuine Qwen3 config, about 0.8M parameters by default.
+
+    Shapes follow Qwen3's conventions at a small scale: grouped-query attention (4 query heads
+    sharing 2 key/value heads), q/k RMS-norm, SwiGLU MLP with 3x expansion, tied embeddings.
+    """
+    from transformers import Qwen3Config
+
+    fields = dict(
+        vocab_size=vocab_size,
+        hidden_size=128,
+        intermediate_size=384,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=512,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+    )
+    fields.update(overrides)
+    return Qwen3Config(**fields)
+
+
+def pick_device(device: str | torch.device = "auto") -> torch.device:
+    """``"auto"`` -> cuda if available, else mps, else cpu; anything else is passed to torch."""
+    if str(device) != "auto":
+        return torch.device(device)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+
+
+def pick_dtype(device: torch.device, dtype: str | torch.dtype = "auto") -> torch.dtype:
+    """``"auto"`` -> bfloat16 on a GPU that supports it, else float32.
+
+    float16 is available on request but not chosen automatically: training in it without a loss
+    scaler underflows small gradients, and the lab's losses have many.
+    """
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype != "auto":
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype must be 'auto' or one of {sorted(_DTYPES)}, got {dtype!r}")
+        return _DTYPES[dtype]
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
+def resolve_model_path(name_or_path: str | os.PathLike) -> str:
+    """Map an alias (``"tiny"``) to its folder; leave local paths and hub ids as they are."""
+    return str(ALIASES.get(str(name_or_path), name_or_path))
+
+
+def load_policy(
+    name_or_path: str | os.PathLike = "tiny",
+    *,
+    device: str | torch.device = "auto",
+    dtype: str | torch.dtype = "auto",
+    random_init: bool = False,
+    seed: int | None = None,
+    gradient_checkpointing: bool = False,
+    attn_implementation: str | None = None,
+):
+    """Load a causal LM and its tokenizer, ready for sampling and training.
+
+    Parameters
+    ----------
+    name_or_path: ``"tiny"`` (the shipped tiny Qwen), a local folder saved with
+        ``save_pretrained``, or a hub id such as ``"Qwen/Qwen2.5-0.5B-Instruct"``.
+    device, dtype: ``"auto"`` picks cuda > mps > cpu and bf16 where supported (see
+        :func:`pick_dtype`).
+    random_init: build the architecture from its config with freshly initialised weights (needs
+        only the config and tokenizer files; seeded by ``seed``).
+    gradient_checkpointing: trade compute for activation memory on long sequences.
+
+    Returns ``(model, tokenizer)``; the tokenizer pads on the left, which batched generation needs.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model_path(name_or_path)
+    if path == str(TINY_MODEL_DIR) and not TINY_MODEL_DIR.exists():
+        raise FileNotFoundError(
+            f"The tiny model is missing from {TINY_MODEL_DIR}; rebuild it with "
+            "`python -m labkit.build_tiny`."
+        )
+    dev = pick_device(device)
+    dt = pick_dtype(dev, dtype)
+    kwargs = {}
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if random_init:
+        if seed is not None:
+            torch.manual_seed(seed)
+        config = AutoConfig.from_pretrained(path)
+        model = AutoModelForCausalLM.from_config(config, dtype=dt, **kwargs)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dt, **kwargs)
+    model.to(dev)
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
+
+class ValueModel(nn.Module):
+    """A critic for PPO: a copy of the policy's transformer trunk with a scalar head.
+
+    ``forward(input_ids, attention_mask) -> values`` of shape ``(B, T)``: the value of the state
+    *before* each position's token is predicted, read from the hidden state at that position.
+    Initialising the trunk from the policy (as verl and OpenRLHF do when no reward model is
+    given) means the critic starts with useful features; the head starts at zero so the first
+    value estimates are 0 and the first advantages equal the returns.
+    """
+
+    def __init__(self, policy: nn.Module):
+        super().__init__()
+        import copy
+
+        self.trunk = copy.deepcopy(policy.get_decoder())
+        hidden = policy.config.hidden_size
+        param = next(policy.parameters())
+        self.head = nn.Linear(hidden, 1, device=param.device, dtype=param.dtype)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None):
+        out = self.trunk(input_ids=input_ids, attention_mask=attention_mask,
+                         position_ids=position_ids, use_cache=False)
+        return self.head(out.last_hidden_state).squeeze(-1)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of distinct parameters (tied embeddings counted once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())

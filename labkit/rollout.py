@@ -1,0 +1,189 @@
+"""Batched sampling with a KV cache: prompts in, completions, masks and sampling log-probs out.
+
+Generation usually dominates an RL step, so this is a lean loop rather than ``model.generate``:
+one prefill over the left-padded prompts, then one cached forward per new token, sampling from
+``softmax(logits / temperature)`` with optional top-k / top-p, stopping each row at the end-of-turn
+token and the whole batch as soon as every row has stopped (or at ``max_completion_length``).
+Rows that finish drop out of the batch (their cache entries are removed), so a batch with a few
+long answers does not pay full price for the short ones.
+
+Departures from TRL's generation path, on purpose:
+
+* the recorded ``logprobs`` are the log-probabilities of the sampled tokens under the
+  temperature-scaled **full** softmax, before top-k/top-p truncation. That is the quantity the
+  training forward recomputes (``labkit.logprobs.token_logprobs`` at the same temperature), so an
+  on-policy ratio is exactly 1 up to float error; vLLM's "processed" log-probs would instead
+  include the truncation.
+* the G samples of a prompt are consecutive rows (TRL's layout), and the prompt is simply repeated;
+  a shared-prefix cache would save prefill on long prompts but the lab's prompts are short.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Rollout:
+    """The result of :func:`generate`. ``B`` = number of prompts x ``num_generations``.
+
+    ============== ============ ==========================================================
+    field          shape        meaning
+    ============== ============ ==========================================================
+    prompt_ids     (B, P) long  left-padded prompt tokens (chat template applied)
+    prompt_mask    (B, P) long  1 on real prompt tokens
+    completion_ids (B, L) long  right-padded sampled tokens, the end-of-turn token included
+    completion_mask(B, L) long  1 on sampled tokens up to and including end-of-turn
+    logprobs       (B, L) float sampling log-probs (0 on padding); float32
+    lengths        (B,) long    completion_mask.sum(-1)
+    truncated      (B,) bool    True when no end-of-turn token came within the budget
+    texts          list[str]    decoded completions without the end-of-turn token
+    ============== ============ ==========================================================
+    """
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    logprobs: torch.Tensor
+    lengths: torch.Tensor
+    truncated: torch.Tensor
+    texts: list[str]
+
+    @property
+    def input_ids(self) -> torch.Tensor:
+        """Prompt and completion side by side, (B, P + L): what the training forward reads."""
+        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
+
+
+def prompt_text(tokenizer, prompt) -> str:
+    """Render one prompt: a list of chat messages goes through the chat template (with the
+    assistant header appended); a plain string is used as it is."""
+    if isinstance(prompt, str):
+        return prompt
+    return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+
+
+def encode_prompts(tokenizer, prompts, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokenize and left-pad a list of prompts; returns ``(ids, mask)`` of shape (N, P)."""
+    texts = [prompt_text(tokenizer, p) for p in prompts]
+    enc = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left",
+                    add_special_tokens=False)
+    return enc["input_ids"].to(device), enc["attention_mask"].to(device)
+
+
+def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Set logits outside the top-k / nucleus top-p set to -inf. ``logits``: (B, V)."""
+    if top_k and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        # drop a token when the mass before it already reaches top_p (the first always stays)
+        drop_sorted = (cum - sorted_logits.softmax(-1)) >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+@torch.inference_mode()
+def generate(
+    model,
+    tokenizer,
+    prompts,
+    *,
+    num_generations: int = 1,
+    max_completion_length: int = 128,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    greedy: bool = False,
+    generator: torch.Generator | None = None,
+) -> Rollout:
+    """Sample ``num_generations`` completions for each prompt.
+
+    ``prompts`` is a list of chat conversations (``[{"role": "user", "content": ...}]``) or of
+    plain strings. ``generator`` makes sampling reproducible (it must live on the model's device).
+    ``greedy=True`` takes the arg-max token (ReMax's baseline, deterministic evaluation).
+    """
+    if max_completion_length < 1:
+        raise ValueError(f"max_completion_length must be >= 1, got {max_completion_length}")
+    if not greedy and temperature <= 0:
+        raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
+    device = next(model.parameters()).device
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, device)
+    if num_generations > 1:
+        prompt_ids = prompt_ids.repeat_interleave(num_generations, dim=0)
+        prompt_mask = prompt_mask.repeat_interleave(num_generations, dim=0)
+    batch = prompt_ids.size(0)
+    eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
+
+    was_training = model.training
+    model.eval()
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
+                past_key_values=cache, use_cache=True, logits_to_keep=1)
+    logits = out.logits[:, -1].float()
+    next_pos = positions[:, -1] + 1
+    attn = prompt_mask
+
+    tokens = torch.full((batch, max_completion_length), pad_id, dtype=torch.long, device=device)
+    logps = torch.zeros((batch, max_completion_length), dtype=torch.float32, device=device)
+    finished_at = torch.full((batch,), -1, dtype=torch.long, device=device)
+    alive = torch.arange(batch, device=device)  # rows still generating, in cache order
+
+    for step in range(max_completion_length):
+        scaled = logits if greedy else logits / temperature
+        logp_all = torch.log_softmax(scaled, dim=-1)
+        if greedy:
+            tok = scaled.argmax(-1)
+        else:
+            probs = filter_logits(scaled, top_k, top_p).softmax(-1)
+            tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        tokens[alive, step] = tok
+        logps[alive, step] = logp_all.gather(-1, tok[:, None]).squeeze(-1)
+        done = tok == eos_id
+        if done.any():
+            finished_at[alive[done]] = step
+            keep = (~done).nonzero().squeeze(-1)
+            if keep.numel() == 0:
+                break
+            # drop finished rows from the cache so later steps only compute live rows
+            cache.batch_select_indices(keep)
+            alive, tok, attn, next_pos = alive[keep], tok[keep], attn[keep], next_pos[keep]
+        if step + 1 == max_completion_length:
+            break
+        attn = torch.cat([attn, attn.new_ones((attn.size(0), 1))], dim=1)
+        out = model(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None],
+                    past_key_values=cache, use_cache=True)
+        logits = out.logits[:, -1].float()
+        next_pos = next_pos + 1
+
+    if was_training:
+        model.train()
+    truncated = finished_at < 0
+    lengths = torch.where(truncated, max_completion_length, finished_at + 1)
+    steps = torch.arange(max_completion_length, device=device)
+    completion_mask = (steps[None, :] < lengths[:, None]).long()
+    # trim columns no row used
+    width = int(lengths.max())
+    completion_ids = tokens[:, :width].masked_fill(completion_mask[:, :width] == 0, pad_id)
+    completion_mask = completion_mask[:, :width]
+    logps = logps[:, :width] * completion_mask
+    texts = tokenizer.batch_decode(
+        completion_ids.masked_fill(completion_ids == eos_id, pad_id), skip_special_tokens=False
+    )
+    pad_tok = tokenizer.pad_token
+    texts = [t.replace(pad_tok, "") for t in texts]
+    return Rollout(prompt_ids, prompt_mask, completion_ids, completion_mask, logps,
+                   lengths, truncated, texts)

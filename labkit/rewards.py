@@ -1,0 +1,156 @@
+"""Rule-based rewards for the task suite, with TRL's reward-function signature.
+
+Every reward function is called as ``fn(prompts, completions, **columns)`` and returns one
+``float`` or ``None`` per completion, exactly as TRL's ``GRPOTrainer`` calls custom reward
+functions: ``completions`` are strings or conversational message lists
+(``[{"role": "assistant", "content": ...}]``), and every other dataset column (``answer``,
+``family``, ``numbers``, ``target``, ...) arrives as a list with one entry per completion. ``None``
+means "this function cannot judge this row". The functions never raise on a malformed
+completion: missing, repeated or nested tags, huge numbers, non-ASCII text and hostile countdown
+expressions all get a defined reward.
+
+:func:`combine_rewards_by_weight` runs several reward functions and sums them with weights the
+way TRL does, turning a faulty function into a :class:`RewardFunctionError` that names it.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+
+from labkit.tasks import (
+    ANSWER_CLOSE,
+    ANSWER_OPEN,
+    CHECKABLE_FAMILIES,
+    THINK_CLOSE,
+    THINK_OPEN,
+    check_answer,
+)
+
+_TAGS = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
+
+
+class RewardFunctionError(ValueError):
+    """A reward function raised, or returned something other than one number or None per row."""
+
+
+def completion_content(completion) -> str:
+    """The text of a completion: a string as is, or the joined contents of a message list.
+
+    Message contents may be strings or lists of ``{"type": "text", "text": ...}`` parts.
+    Anything else counts as empty text.
+    """
+    if isinstance(completion, str):
+        return completion
+    if not isinstance(completion, list):
+        return ""
+    texts = []
+    for message in completion:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            texts.extend(part["text"] for part in content
+                         if isinstance(part, dict) and isinstance(part.get("text"), str))
+    return "".join(texts)
+
+
+def extract_answer(text) -> str | None:
+    """The stripped content of the last ``<answer>...</answer>`` pair in ``text``, else None."""
+    if not isinstance(text, str):
+        return None
+    end = text.rfind(ANSWER_CLOSE)
+    start = text.rfind(ANSWER_OPEN, 0, end) if end >= 0 else -1
+    if start < 0:
+        return None
+    return text[start + len(ANSWER_OPEN):end].strip()
+
+
+def _column(columns: dict, name: str, i: int):
+    values = columns.get(name)
+    if values is None or i >= len(values):
+        return None
+    return values[i]
+
+
+def accuracy_reward(prompts, completions, **columns) -> list[float | None]:
+    """1.0 when the last answer passes :func:`labkit.tasks.check_answer`, else 0.0.
+
+    Needs the ``answer`` and ``family`` columns (countdown also uses ``numbers`` and ``target``
+    when present). A completion without an answer pair scores 0.0. Rows with a missing answer or
+    a family the checker does not know get None.
+    """
+    rewards = []
+    for i, completion in enumerate(completions):
+        family, answer = _column(columns, "family", i), _column(columns, "answer", i)
+        if family not in CHECKABLE_FAMILIES or answer is None:
+            rewards.append(None)
+            continue
+        row = {"answer": answer, "numbers": _column(columns, "numbers", i),
+               "target": _column(columns, "target", i)}
+        predicted = extract_answer(completion_content(completion))
+        rewards.append(float(predicted is not None and check_answer(family, predicted, row)))
+    return rewards
+
+
+def format_reward(prompts, completions, **columns) -> list[float]:
+    """1.0 when the completion is exactly ``<think>...</think><answer>...</answer>``, else 0.0.
+
+    Each tag must appear exactly once, in that order, with nothing before ``<think>``, nothing
+    between ``</think>`` and ``<answer>``, and only whitespace after ``</answer>``.
+    """
+    rewards = []
+    for completion in completions:
+        text = completion_content(completion).rstrip()
+        ok = (all(text.count(tag) == 1 for tag in _TAGS)
+              and text.startswith(THINK_OPEN) and text.endswith(ANSWER_CLOSE)
+              and THINK_CLOSE + ANSWER_OPEN in text)
+        rewards.append(float(ok))
+    return rewards
+
+
+def _function_name(fn) -> str:
+    return getattr(fn, "__name__", None) or repr(fn)
+
+
+def combine_rewards_by_weight(funcs, weights, prompts, completions, **columns):
+    """Run each reward function and sum the rewards with ``weights``, as TRL's GRPOTrainer does.
+
+    Returns ``(per_function, totals)``: ``per_function[k][i]`` is function k's reward for
+    completion i, with None turned into NaN, and ``totals[i]`` is the weighted sum over the
+    functions that judged row i (NaN ignored). A row that no function judged has a NaN total;
+    TRL marks such rows unscorable and gives them zero advantage. ``weights=None`` weighs every
+    function 1.0.
+
+    Raises :class:`RewardFunctionError`, naming the function, when one raises or returns
+    anything but one number or None per completion; ValueError when the weights do not match.
+    """
+    weights = [1.0] * len(funcs) if weights is None else list(weights)
+    if len(weights) != len(funcs):
+        raise ValueError(f"got {len(weights)} reward weights for {len(funcs)} reward functions")
+    n = len(completions)
+    per_function = []
+    for fn in funcs:
+        name = _function_name(fn)
+        try:
+            result = fn(prompts, completions, **columns)
+        except Exception as error:
+            raise RewardFunctionError(
+                f"reward function {name!r} raised {type(error).__name__}: {error}") from error
+        if isinstance(result, (str, bytes)) or not hasattr(result, "__len__"):
+            raise RewardFunctionError(f"reward function {name!r} returned {type(result).__name__}"
+                                      f"; return a list with one float or None per completion")
+        if len(result) != n:
+            raise RewardFunctionError(f"reward function {name!r} returned {len(result)} rewards "
+                                      f"for {n} completions; return one per completion")
+        bad = [r for r in result if r is not None and not isinstance(r, Real)]
+        if bad:
+            raise RewardFunctionError(f"reward function {name!r} returned {bad[0]!r} "
+                                      f"({type(bad[0]).__name__}); rewards must be numbers or None")
+        per_function.append([math.nan if r is None else float(r) for r in result])
+    totals = []
+    for i in range(n):
+        judged = [w * rewards[i] for w, rewards in zip(weights, per_function)
+                  if not math.isnan(rewards[i])]
+        totals.append(sum(judged) if judged else math.nan)
+    return per_function, totals

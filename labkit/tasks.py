@@ -75,6 +75,7 @@ _MAX_DRAWS = 10_000  # draws per row before generate_problems gives up on a full
 _INT_RE = re.compile(r"[+-]?[0-9]+")
 _DECIMAL_RE = re.compile(r"[+-]?[0-9]+(?:\.[0-9]+)?")
 _EXPR_TOKEN_RE = re.compile(r"[0-9]+|[-+*()]")
+_SPLIT_NUMBER_RE = re.compile(r"[0-9]\s+[0-9]")
 
 
 @dataclass(frozen=True)
@@ -102,13 +103,14 @@ class Problem:
 def parse_expression(text: str) -> int | tuple | None:
     """Parse a countdown expression into a tree, or return None when it is not one.
 
-    Accepts non-negative integers, binary ``+ - *`` and parentheses, with spaces anywhere. Unary
-    signs, other operators (``/``, ``**``), other characters, literals over 6 digits and texts
-    over :data:`MAX_EXPRESSION_CHARS` characters are rejected.
+    Accepts non-negative integers, binary ``+ - *`` and parentheses, with whitespace anywhere but
+    inside a number. Unary signs, other operators (``/``, ``**``), other characters, literals
+    over 6 digits and texts over :data:`MAX_EXPRESSION_CHARS` characters (whitespace aside) are
+    rejected.
     """
-    if not isinstance(text, str):
+    if not isinstance(text, str) or _SPLIT_NUMBER_RE.search(text):
         return None
-    text = text.replace(" ", "")
+    text = "".join(text.split())
     if not text or len(text) > MAX_EXPRESSION_CHARS:
         return None
     tokens = _EXPR_TOKEN_RE.findall(text)

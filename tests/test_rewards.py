@@ -1,0 +1,171 @@
+"""Tests for labkit.rewards: answer extraction, format and accuracy rewards, weighted combination."""
+
+import functools
+import math
+import random
+
+import pytest
+
+from labkit.rewards import (
+    RewardFunctionError,
+    accuracy_reward,
+    combine_rewards_by_weight,
+    extract_answer,
+    format_reward,
+)
+from labkit.tasks import FAMILIES, generate_problems, solution_text, to_row
+
+PROBLEMS = generate_problems(20, seed=7)  # one per family x difficulty
+ROWS = [to_row(p) for p in PROBLEMS]
+
+MALFORMED = [
+    "", " ", "\n\n", "42", "<answer>", "</answer>", "<answer></answer>", "<answer> </answer>",
+    "<think>", "<think><answer>5</answer>", "<answer>5", "5</answer>",
+    "</answer>5<answer>", "<answer><answer>5</answer></answer>",
+    "<think><think>x</think></think><answer>5</answer>",
+    "<think>x</think><answer>5</answer><answer>6</answer>",
+    "<answer>-7</answer>", "<answer>+-7</answer>", "<answer>--7</answer>",
+    "<answer>" + "9" * 5000 + "</answer>", "<answer>1" + "0" * 400 + "</answer>",
+    "<answer>1e400</answer>", "<answer>inf</answer>", "<answer>nan</answer>",
+    "<answer>NaN,1,2</answer>", "<answer>1,,2</answer>", "<answer>" + ",".join("9" * 3000) + "</answer>",
+    "<answer>ü ß 中文 ٣ ５</answer>", "<answer>\x00\x7f</answer>", "<think>日本</think><answer>3</answer>",
+    "<answer>((((5+3)</answer>", "<answer>(5+3))*2</answer>", "<answer>()</answer>",
+    "<answer>8/2</answer>", "<answer>2**30</answer>", "<answer>2^3</answer>",
+    "<answer>__import__('os').system('echo hi')</answer>", "<answer>lambda: 1</answer>",
+    "<answer>" + "(" * 5000 + "1" + ")" * 5000 + "</answer>",
+    "<answer>" + "+".join(["9"] * 10000) + "</answer>", "<answer>" + "*".join(["12"] * 20) + "</answer>",
+    "<answer>-5+21</answer>", "<answer>5 3</answer>", "<answer>1_000</answer>",
+]
+
+
+def batch(texts, rows):
+    """Columns as TRL passes them, one entry per completion, plus TRL's extra keyword arguments."""
+    cols = {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"}
+    return {"prompts": [row["prompt"] for row in rows], "completions": texts,
+            "completion_ids": [[0]] * len(texts), "trainer_state": None, **cols}
+
+
+def test_extract_answer():
+    assert extract_answer("<think>a</think><answer> 42 </answer>") == "42"
+    assert extract_answer("<answer>1</answer> then <answer>2</answer>") == "2"
+    assert extract_answer("<answer>1<answer>2</answer>") == "2"
+    assert extract_answer("<answer>1</answer><answer>2") == "1"
+    assert extract_answer("<answer></answer>") == ""
+    for missing in ["42", "<answer>42", "42</answer>", "</answer>42<answer>", "", None, 7]:
+        assert extract_answer(missing) is None, missing
+
+
+@pytest.mark.parametrize(("text", "reward"), [
+    ("<think>x</think><answer>1</answer>", 1.0),
+    ("<think></think><answer></answer>", 1.0),
+    ("<think>a\nb</think><answer>1</answer> \n", 1.0),
+    (" <think>x</think><answer>1</answer>", 0.0),
+    ("<think>x</think> <answer>1</answer>", 0.0),
+    ("<think>x</think><answer>1</answer>tail", 0.0),
+    ("<answer>1</answer>", 0.0),
+    ("<think>x</think>", 0.0),
+    ("<answer>1</answer><think>x</think>", 0.0),
+    ("<think>x</think><answer>1</answer><answer>1</answer>", 0.0),
+    ("<think><think>x</think></think><answer>1</answer>", 0.0),
+    ("<think>x<answer>1</answer></think><answer>1</answer>", 0.0),
+    ("</think><think>x<answer>1</answer>", 0.0),
+    ("", 0.0),
+])
+def test_format_reward(text, reward):
+    assert format_reward(None, [text]) == [reward]
+    assert format_reward(None, [[{"role": "assistant", "content": text}]]) == [reward]
+
+
+def test_accuracy_reward_on_strings_and_messages():
+    right = [solution_text(p, "worked") for p in PROBLEMS]
+    wrong = [f"<think></think><answer>{p.answer}9</answer>" for p in PROBLEMS]
+    assert accuracy_reward(**batch(right, ROWS)) == [1.0] * 20
+    assert accuracy_reward(**batch(wrong, ROWS)) == [0.0] * 20
+    messages = [[{"role": "assistant", "content": t}] for t in right]
+    assert accuracy_reward(**batch(messages, ROWS)) == [1.0] * 20
+    parts = [[{"role": "assistant", "content": [{"type": "text", "text": t}]}] for t in right]
+    assert accuracy_reward(**batch(parts, ROWS)) == [1.0] * 20
+    # the last answer counts, the format does not
+    assert accuracy_reward(**batch([f"<answer>0</answer><answer>{p.answer}</answer>"
+                                    for p in PROBLEMS], ROWS)) == [1.0] * 20
+
+
+def test_accuracy_reward_returns_none_when_it_cannot_judge():
+    text = ["<think></think><answer>3</answer>"] * 3
+    assert accuracy_reward(None, text, answer=["3"] * 3, family=["add", "chess", None]) == [
+        1.0, None, None]
+    assert accuracy_reward(None, text, answer=["3"] * 3) == [None] * 3
+    assert accuracy_reward(None, text, answer=[None, "3", "3"], family=["add"] * 3) == [
+        None, 1.0, 1.0]
+
+
+def test_countdown_accepts_any_valid_expression():
+    row = {"answer": "(5+3)*2", "family": "countdown", "numbers": [5, 3, 2], "target": 16,
+           "question": "Make 16 from 5,3,2", "prompt": []}
+    texts = [f"<answer>{e}</answer>" for e in ["2*(5+3)", "(3+5)*2", "5*3+2-1", "16", "5*3+3-2"]]
+    assert accuracy_reward(**batch(texts, [row] * 5)) == [1.0, 1.0, 0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_rewards_never_raise_on_malformed_completions(family):
+    rows = [next(r for r in ROWS if r["family"] == family)] * len(MALFORMED)
+    for fn in (accuracy_reward, format_reward):
+        rewards = fn(**batch(MALFORMED, rows))
+        assert len(rewards) == len(MALFORMED)
+        assert set(rewards) <= {0.0, 1.0}, fn.__name__
+    weird = [None, 42, [{"content": None}], [{"role": "assistant"}], ["text"], {"a": 1}]
+    for fn in (accuracy_reward, format_reward):
+        assert fn(**batch(weird, rows[:len(weird)])) == [0.0] * len(weird)
+
+
+def test_random_garbage_never_raises():
+    rng = random.Random(0)
+    alphabet = "0123456789+-*/()., <>answerthink\n"
+    texts = ["<answer>" + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 80)))
+             + "</answer>" for _ in range(300)]
+    rows = [ROWS[i % 20] for i in range(300)]
+    assert set(accuracy_reward(**batch(texts, rows))) <= {0.0, 1.0}
+
+
+def test_combine_rewards_by_weight_sums_like_trl():
+    def half(prompts, completions, **columns):
+        return [0.5, None, None]
+
+    texts = ["<think></think><answer>3</answer>", "<answer>3</answer>", "3"]
+    cols = {"answer": ["3", "3", "3"], "family": ["add", "add", "chess"]}
+    per_function, totals = combine_rewards_by_weight(
+        [accuracy_reward, format_reward, half], [2.0, 1.0, 4.0], texts, texts, **cols)
+    assert per_function[0][:2] == [1.0, 1.0] and math.isnan(per_function[0][2])
+    assert per_function[1] == [1.0, 0.0, 0.0]
+    assert per_function[2][0] == 0.5 and math.isnan(per_function[2][1])
+    assert totals == [2.0 + 1.0 + 2.0, 2.0, 0.0]
+    _, totals = combine_rewards_by_weight([half], None, texts, texts)
+    assert totals[0] == 0.5 and math.isnan(totals[1]) and math.isnan(totals[2])
+
+
+def test_combine_rewards_names_the_faulty_function():
+    texts = ["a", "b"]
+
+    def exploding(prompts, completions, **columns):
+        raise KeyError("answer")
+
+    def too_short(prompts, completions, **columns):
+        return [1.0]
+
+    def wordy(prompts, completions, **columns):
+        return [1.0, "good"]
+
+    def scalar(prompts, completions, **columns):
+        return 1.0
+
+    for fn, pattern in [(exploding, "'exploding' raised KeyError"),
+                        (too_short, "'too_short' returned 1 rewards for 2"),
+                        (wordy, "'wordy' returned 'good'"),
+                        (scalar, "'scalar' returned float")]:
+        with pytest.raises(RewardFunctionError, match=pattern):
+            combine_rewards_by_weight([format_reward, fn], [1.0, 1.0], texts, texts)
+    partial = functools.partial(exploding)
+    with pytest.raises(RewardFunctionError, match="functools.partial"):
+        combine_rewards_by_weight([partial], None, texts, texts)
+    with pytest.raises(ValueError, match="2 reward weights for 1 reward functions"):
+        combine_rewards_by_weight([format_reward], [1.0, 2.0], texts, texts)

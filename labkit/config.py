@@ -1,0 +1,510 @@
+"""Every knob of a training run in one dataclass, :class:`TrainConfig`, and the method presets.
+
+Where TRL's ``GRPOConfig`` has the concept, the field has TRL's name and meaning
+(``num_generations``, ``epsilon``, ``epsilon_high``, ``delta``, ``beta``, ``loss_type``,
+``importance_sampling_level``, ``scale_rewards``, ``num_iterations``, ``max_completion_length``,
+``mask_truncated_completions``, ``temperature``, ``top_p``, ``top_k``, ``reward_weights``,
+``learning_rate``, ``max_grad_norm``, ``lr_scheduler_type``, ``warmup_ratio``, ``seed``,
+``num_remains_in_group``...), so what a learner sets here carries over to TRL. Lab-only knobs sit
+beside them. Two batch-size differences from TRL:
+
+* a step samples ``prompts_per_step`` prompts x ``num_generations`` completions (TRL counts
+  completions: ``generation_batch_size``, available here as a read-only property);
+* that generation batch is split into ``num_mini_batches`` optimizer steps per pass (PPO's
+  mini-batches; TRL's ``steps_per_generation / gradient_accumulation_steps``), each processed in
+  micro-batches of ``micro_batch_size`` completions (TRL's ``per_device_train_batch_size``);
+  ``gradient_accumulation_steps`` follows from the two and is a property, not a knob.
+
+A config validates itself on construction: a bad value raises ``ValueError`` naming the field and
+its allowed range, and an impossible combination raises one that says how to fix it.
+
+:func:`preset` returns the configuration of a method (``ppo``, ``grpo``, ``dapo``, ``dr_grpo``,
+``gspo``, ``gfpo``) with the paper's choices, scaled to the lab's tiny model; each preset's
+docstring lists where and why it departs from the paper.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+from dataclasses import asdict, dataclass, fields
+
+GROUP_ESTIMATORS = ("grpo", "rloo", "opo")
+ADVANTAGE_ESTIMATORS = (*GROUP_ESTIMATORS, "remax", "gae")
+SCALE_REWARDS = ("group", "batch", "none")
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+GFPO_METRICS = ("length", "token_efficiency")
+LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine")
+DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
+
+
+@dataclass
+class TrainConfig:
+    """All settings of a run; ``TrainConfig()`` is the lab's GRPO (``preset("grpo")``).
+
+    Each field's comment below is its documentation (``help(TrainConfig)`` does not show them; read
+    the source or :data:`FIELD_DOCS`).
+    """
+
+    # ---- model and machine ----------------------------------------------------------------------
+    model_name_or_path: str = "tiny"
+    """policy to load when ``train`` gets no model: ``"tiny"`` (shipped), a folder or a hub id"""
+    device: str = "auto"
+    """``"auto"`` = cuda, then mps, then cpu; or any torch device string"""
+    dtype: str = "auto"
+    """``"auto"`` = bfloat16 on GPUs that support it, else float32; or float32/bfloat16/float16"""
+    gradient_checkpointing: bool = False
+    """recompute activations in backward: less memory, about a third more compute"""
+    seed: int = 0
+    """seeds python, torch, the prompt order and the sampling generator: same seed, same CPU run"""
+
+    # ---- sampling: a step is prompts_per_step prompts x num_generations completions -------------
+    prompts_per_step: int = 16
+    """prompts sampled per step (lab name; TRL: generation_batch_size / num_generations)"""
+    num_generations: int = 8
+    """G: completions sampled per prompt, the group (TRL). GFPO samples G and keeps k of them"""
+    max_completion_length: int = 128
+    """most new tokens per completion; a completion without end-of-turn by then is truncated"""
+    temperature: float = 1.0
+    """sampling temperature; training log-probs use the same temperature (TRL)"""
+    top_p: float = 1.0
+    """nucleus sampling (generation only, as in TRL; 1.0 = off)"""
+    top_k: int = 0
+    """top-k sampling (generation only; 0 = off)"""
+
+    # ---- rewards ---------------------------------------------------------------------------------
+    reward_weights: tuple[float, ...] | None = None
+    """one weight per reward function; None = 1.0 each (TRL). Default functions: accuracy, format"""
+    overlong_buffer_len: int = 0
+    """DAPO soft overlong punishment: penalty ramps over the last this-many tokens (0 = off)"""
+    overlong_penalty_factor: float = 1.0
+    """DAPO: penalty reached at max_completion_length"""
+
+    # ---- advantages ------------------------------------------------------------------------------
+    advantage_estimator: str = "grpo"
+    """grpo (group mean/std), rloo (leave-one-out), remax (greedy baseline), opo (length-weighted
+    baseline), gae (PPO: critic + generalised advantage estimation)"""
+    scale_rewards: str = "group"
+    """grpo advantage denominator: group std, batch std, or none (Dr. GRPO) (TRL)"""
+    gamma: float = 1.0
+    """PPO/GAE discount per token"""
+    lam: float = 0.95
+    """PPO/GAE lambda: 1 = Monte-Carlo return minus value, 0 = one-step TD error"""
+
+    # ---- group filters and masking ---------------------------------------------------------------
+    dynamic_sampling: bool = False
+    """DAPO: drop groups whose rewards are all equal and sample new prompts to refill the batch"""
+    max_resample_rounds: int = 3
+    """DAPO: extra sampling rounds per step at most; a batch still short then trains as it is"""
+    num_remains_in_group: int | None = None
+    """GFPO k: keep this many of the G completions per group (by gfpo_metric); None = off (TRL)"""
+    gfpo_metric: str = "length"
+    """GFPO: keep the shortest (length) or the highest reward per token (token_efficiency)"""
+    mask_truncated_completions: bool = False
+    """DAPO overlong filtering: truncated completions leave the loss (they still count in the
+    group statistics) (TRL)"""
+
+    # ---- policy loss -----------------------------------------------------------------------------
+    loss_type: str = "grpo"
+    """aggregation: grpo (mean per sequence, then over sequences), bnpo (token mean per
+    micro-batch), dr_grpo (sum / (B * max_completion_length)), dapo (token mean over the whole
+    generation batch). TRL's default is dapo; the lab's GRPO keeps the paper's grpo"""
+    importance_sampling_level: str = "token"
+    """token ratios (PPO/GRPO) or sequence = the length-normalised sequence ratio (GSPO) (TRL)"""
+    epsilon: float = 0.2
+    """lower clip: ratio >= 1 - epsilon (TRL)"""
+    epsilon_high: float | None = None
+    """upper clip: ratio <= 1 + epsilon_high; None = epsilon. DAPO clip-higher: 0.28 (TRL)"""
+    delta: float | None = None
+    """two-sided clip: cap the unclipped ratio at delta (INTELLECT-2; > 1 + epsilon_high) (TRL)"""
+    dual_clip: float | None = None
+    """dual-clip PPO constant c > 1: for A < 0 the loss is at most -c * A; None = off"""
+    beta: float = 0.0
+    """KL coefficient to the reference (the initial policy); 0 = no reference model at all (TRL)"""
+    kl_estimator: str = "k3"
+    """k1, k2 or k3 (Schulman); GRPO's KL-in-loss is k3, PPO's KL-in-reward is k1"""
+    kl_in_reward: bool = False
+    """subtract beta * KL from the reward (PPO/InstructGPT) instead of adding it to the loss"""
+    entropy_coef: float = 0.0
+    """entropy bonus: loss -= entropy_coef * mean token entropy (TRL)"""
+
+    # ---- PPO critic ------------------------------------------------------------------------------
+    vf_coef: float = 0.1
+    """weight of the value loss (TRL PPO: 0.1)"""
+    clip_range_value: float | None = 0.2
+    """value clipping: new values stay within this of the old ones; None = no clipping"""
+    value_learning_rate: float | None = None
+    """critic learning rate; None = learning_rate"""
+
+    # ---- optimisation ----------------------------------------------------------------------------
+    learning_rate: float = 2e-3
+    """AdamW peak learning rate (TRL default 1e-6 for billion-parameter models)"""
+    lr_scheduler_type: str = "constant"
+    """constant, constant_with_warmup, linear or cosine decay to 0 (warm-up for the last three)"""
+    warmup_ratio: float = 0.0
+    """fraction of max_steps spent warming the learning rate up linearly from 0"""
+    weight_decay: float = 0.0
+    """AdamW decoupled weight decay"""
+    adam_beta1: float = 0.9
+    """AdamW beta1"""
+    adam_beta2: float = 0.999
+    """AdamW beta2"""
+    max_grad_norm: float = 1.0
+    """clip the global gradient norm to this; 0 = no clipping (the norm is still logged)"""
+    num_iterations: int = 1
+    """mu: passes over each generation batch (PPO epochs) (TRL)"""
+    num_mini_batches: int = 1
+    """optimizer steps per pass: the generation batch is split into this many mini-batches"""
+    micro_batch_size: int | None = None
+    """completions per forward/backward (gradient accumulation below a mini-batch); None = whole
+    mini-batch at once"""
+    max_steps: int = 60
+    """training steps (one step = one generation batch)"""
+
+    # ---- evaluation, checkpoints, safety ---------------------------------------------------------
+    eval_every: int = 0
+    """evaluate on the eval split before training and every this-many steps (0 = never)"""
+    eval_k: int = 2
+    """samples per eval prompt (accuracy = pass@1 at the sampling temperature)"""
+    eval_max_prompts: int | None = None
+    """use only the first this-many eval prompts (None = the whole split)"""
+    output_dir: str | None = None
+    """where checkpoints go (None = nowhere)"""
+    save_every: int = 0
+    """save a checkpoint every this-many steps (0 = never; needs output_dir)"""
+    save_on_interrupt: bool = True
+    """on KeyboardInterrupt, save a checkpoint of the last completed step (when output_dir)"""
+    resume_from: str | None = None
+    """checkpoint folder to resume from"""
+    max_nonfinite_steps: int = 3
+    """consecutive steps with a NaN/inf loss or gradient (skipped) before training stops"""
+    progress: bool = True
+    """show a tqdm progress bar"""
+
+    def __post_init__(self):
+        self._check_values()
+        self._check_combinations()
+
+    # ---- derived sizes ---------------------------------------------------------------------------
+    @property
+    def generation_batch_size(self) -> int:
+        """Completions sampled per step (TRL's name): prompts_per_step * num_generations."""
+        return self.prompts_per_step * self.num_generations
+
+    @property
+    def group_size(self) -> int:
+        """Completions per prompt that train: num_remains_in_group with GFPO, else G."""
+        return self.num_remains_in_group or self.num_generations
+
+    @property
+    def train_batch_size(self) -> int:
+        """Completions per step that reach the loss (after GFPO's filter)."""
+        return self.prompts_per_step * self.group_size
+
+    @property
+    def mini_batch_size(self) -> int:
+        """Completions per optimizer step (the last mini-batch may be smaller)."""
+        return math.ceil(self.train_batch_size / self.num_mini_batches)
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        """Micro-batches per optimizer step."""
+        if self.micro_batch_size is None:
+            return 1
+        return math.ceil(self.mini_batch_size / self.micro_batch_size)
+
+    @property
+    def off_policy(self) -> bool:
+        """True when the weights move between sampling and some update, so the loss needs the
+        behaviour policy's log-probs (num_iterations > 1 or several mini-batches)."""
+        return self.num_iterations > 1 or self.num_mini_batches > 1
+
+    @property
+    def needs_reference(self) -> bool:
+        """A frozen reference model exists only when the KL coefficient is non-zero."""
+        return self.beta != 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    # ---- validation ------------------------------------------------------------------------------
+    def _check_values(self):
+        _choice(self, "advantage_estimator", ADVANTAGE_ESTIMATORS)
+        _choice(self, "scale_rewards", SCALE_REWARDS)
+        _choice(self, "loss_type", LOSS_TYPES)
+        _choice(self, "importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS)
+        _choice(self, "kl_estimator", KL_ESTIMATORS)
+        _choice(self, "gfpo_metric", GFPO_METRICS)
+        _choice(self, "lr_scheduler_type", LR_SCHEDULERS)
+        _choice(self, "dtype", DTYPES)
+        for name in ("prompts_per_step", "num_generations", "max_completion_length",
+                     "num_iterations", "num_mini_batches", "max_steps", "eval_k",
+                     "max_nonfinite_steps"):
+            _integer(self, name, low=1)
+        for name in ("top_k", "overlong_buffer_len", "max_resample_rounds", "eval_every",
+                     "save_every", "seed"):
+            _integer(self, name, low=0)
+        for name in ("micro_batch_size", "eval_max_prompts"):
+            if getattr(self, name) is not None:
+                _integer(self, name, low=1)
+        _number(self, "temperature", 0, math.inf, low_open=True)
+        _number(self, "top_p", 0, 1, low_open=True)
+        _number(self, "epsilon", 0, 1, high_open=True)
+        _number(self, "beta", 0, math.inf)
+        _number(self, "entropy_coef", 0, math.inf)
+        _number(self, "overlong_penalty_factor", 0, math.inf)
+        _number(self, "gamma", 0, 1)
+        _number(self, "lam", 0, 1)
+        _number(self, "vf_coef", 0, math.inf, low_open=True)
+        _number(self, "learning_rate", 0, math.inf, low_open=True)
+        _number(self, "warmup_ratio", 0, 1, high_open=True)
+        _number(self, "weight_decay", 0, math.inf)
+        _number(self, "adam_beta1", 0, 1, high_open=True)
+        _number(self, "adam_beta2", 0, 1, high_open=True)
+        _number(self, "max_grad_norm", 0, math.inf)
+        if self.epsilon_high is not None:
+            _number(self, "epsilon_high", 0, math.inf)
+        if self.clip_range_value is not None:
+            _number(self, "clip_range_value", 0, math.inf, low_open=True)
+        if self.value_learning_rate is not None:
+            _number(self, "value_learning_rate", 0, math.inf, low_open=True)
+        if self.delta is not None:
+            _number(self, "delta", 1, math.inf, low_open=True)
+        if self.dual_clip is not None:
+            _number(self, "dual_clip", 1, math.inf, low_open=True)
+        if self.num_remains_in_group is not None:
+            _integer(self, "num_remains_in_group", low=2, high=self.num_generations)
+        if self.reward_weights is not None:
+            self.reward_weights = tuple(self.reward_weights)
+            if not all(_is_real(w) and math.isfinite(w) for w in self.reward_weights):
+                raise ValueError(
+                    f"reward_weights must be finite numbers, got {self.reward_weights}")
+        if self.overlong_buffer_len >= self.max_completion_length:
+            raise ValueError(
+                f"overlong_buffer_len must be in [0, max_completion_length) = "
+                f"[0, {self.max_completion_length}), got {self.overlong_buffer_len}")
+
+    def _check_combinations(self):
+        estimator = self.advantage_estimator
+        if estimator in GROUP_ESTIMATORS and self.num_generations < 2:
+            _refuse(f"advantage_estimator={estimator!r} compares the completions of a group, "
+                    f"which needs at least two: use num_generations >= 2 or "
+                    f"advantage_estimator='gae'")
+        if self.dynamic_sampling and (estimator == "gae" or self.num_generations < 2):
+            _refuse("dynamic_sampling drops groups whose completions all got the same reward, "
+                    "which needs groups: use num_generations >= 2 with a group estimator "
+                    "(grpo, rloo, remax, opo), or dynamic_sampling=False")
+        if self.num_remains_in_group is not None and estimator != "grpo":
+            _refuse("num_remains_in_group (GFPO) normalises advantages inside the kept subset "
+                    "with GRPO's formula: use advantage_estimator='grpo', or "
+                    "num_remains_in_group=None")
+        if estimator == "gae" and self.importance_sampling_level == "sequence":
+            _refuse("importance_sampling_level='sequence' (GSPO) needs one advantage per "
+                    "completion, but GAE gives one per token: use importance_sampling_level="
+                    "'token' with advantage_estimator='gae'")
+        if self.kl_in_reward and self.beta == 0:
+            _refuse("kl_in_reward=True subtracts beta * KL from the reward, and beta is 0: set "
+                    "beta > 0 (e.g. 0.05) to get a reference model and a penalty, or "
+                    "kl_in_reward=False")
+        if self.lr_scheduler_type == "constant" and self.warmup_ratio > 0:
+            _refuse("lr_scheduler_type='constant' ignores warm-up (as in transformers): use "
+                    "lr_scheduler_type='constant_with_warmup' or warmup_ratio=0")
+        if self.num_mini_batches > self.train_batch_size:
+            _refuse(f"num_mini_batches ({self.num_mini_batches}) exceeds the completions that "
+                    f"train per step ({self.train_batch_size} = prompts_per_step x "
+                    f"{'num_remains_in_group' if self.num_remains_in_group else 'num_generations'}"
+                    f"): lower num_mini_batches or raise prompts_per_step")
+        if self.micro_batch_size is not None and self.micro_batch_size > self.mini_batch_size:
+            _refuse(f"micro_batch_size ({self.micro_batch_size}) exceeds the mini-batch "
+                    f"({self.mini_batch_size} completions): lower micro_batch_size or use None")
+        if self.save_every and self.output_dir is None:
+            _refuse("save_every > 0 writes checkpoints, and output_dir is None: set output_dir "
+                    "or save_every=0")
+        if (self.importance_sampling_level == "sequence"
+                and self.loss_type in ("bnpo", "dr_grpo", "dapo")):
+            warnings.warn(f"importance_sampling_level='sequence' with loss_type="
+                          f"{self.loss_type!r} weighs each sequence by its length; GSPO as "
+                          f"published uses loss_type='grpo' (TRL gives the same warning)",
+                          stacklevel=3)
+
+
+def _field_docs() -> dict[str, str]:
+    """Read each field's comment string from the class source (cleanrl-style field docs)."""
+    import ast
+    import inspect
+    import textwrap
+
+    body = ast.parse(textwrap.dedent(inspect.getsource(TrainConfig))).body[0].body
+    docs = {}
+    for node, after in itertools.pairwise(body):
+        if (isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+#: ``{field name: its documentation}`` for every field of :class:`TrainConfig`.
+FIELD_DOCS = _field_docs()
+
+
+# ---- validation helpers --------------------------------------------------------------------------
+def _refuse(message: str):
+    raise ValueError(message)
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _choice(cfg, name, allowed):
+    value = getattr(cfg, name)
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+
+
+def _integer(cfg, name, low, high=None):
+    value = getattr(cfg, name)
+    bound = f"[{low}, {high}]" if high is not None else f">= {low}"
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if not is_int or value < low or (high is not None and value > high):
+        raise ValueError(f"{name} must be an integer {bound}, got {value!r}")
+
+
+def _number(cfg, name, low, high, low_open=False, high_open=False):
+    value = getattr(cfg, name)
+    interval = (("(" if low_open else "[") + f"{low}, " + ("inf" if high == math.inf else f"{high}")
+                + (")" if high_open or high == math.inf else "]"))
+    if not _is_real(value) or math.isnan(value):
+        raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
+    too_low = value <= low if low_open else value < low
+    too_high = value >= high if high_open else value > high
+    if too_low or too_high:
+        raise ValueError(f"{name} must be in {interval}, got {value}")
+
+
+# ---- presets -------------------------------------------------------------------------------------
+def _grpo(**overrides) -> TrainConfig:
+    """GRPO (Shao et al. 2024, DeepSeekMath, arXiv 2402.03300): group mean/std advantage, token
+    ratio clipped at 0.2, per-sequence mean then mean over sequences (``loss_type="grpo"``), one
+    update per batch (mu = 1).
+
+    Lab deviations from the paper (G = 64, beta = 0.04, lr 1e-6, batch 1024): G = 8 and 16 prompts
+    per step, so a step takes seconds on a laptop CPU; beta = 0 (TRL's default), which also saves
+    the reference model's memory and forward (set beta = 0.04 for the paper's KL-in-loss);
+    learning rate 2e-3, because the tiny model has 0.8M parameters, not 7B, and must move within
+    60 steps.
+    """
+    return TrainConfig(**overrides)
+
+
+def _ppo(**overrides) -> TrainConfig:
+    """PPO (Schulman et al. 2017, arXiv 1707.06347) for LLMs: a critic (``ValueModel``) and GAE
+    over the completion tokens with the outcome reward on the last token, token ratio clipped at
+    0.2, value loss with clipping (TRL PPO: vf_coef 0.1, clip_range_value 0.2, gamma 1,
+    lam 0.95), token-mean aggregation over the batch (``loss_type="dapo"``, verl's token-mean),
+    advantages whitened over the batch's tokens, several epochs of mini-batches per rollout.
+
+    Lab deviations: 2 epochs x 2 mini-batches (TRL: 4 epochs, verl: 1), enough to make the ratio
+    move off 1 and clipping show while keeping steps short; one completion per prompt is PPO's
+    usual, but the lab samples 4 per prompt on fewer prompts (the same 64 completions) because
+    prompts are cheap and it makes PPO and GRPO runs see the same data; no KL penalty in the
+    reward (verl's default; InstructGPT used beta = 0.02 with k1: set ``beta=0.02,
+    kl_in_reward=True, kl_estimator="k1"``); the critic learns at the policy's rate (verl: 10x
+    higher), which the tiny model tolerates.
+    """
+    values = {"advantage_estimator": "gae", "num_generations": 4, "prompts_per_step": 16,
+              "loss_type": "dapo", "num_iterations": 2, "num_mini_batches": 2, "gamma": 1.0,
+              "lam": 0.95, "vf_coef": 0.1, "clip_range_value": 0.2}
+    return TrainConfig(**{**values, **overrides})
+
+
+def _dapo(**overrides) -> TrainConfig:
+    """DAPO (Yu et al. 2025, arXiv 2503.14476): clip-higher (epsilon 0.2 / epsilon_high 0.28),
+    dynamic sampling (refill the batch with groups whose rewards differ), token-level loss over
+    the whole batch (``loss_type="dapo"``), overlong filtering (``mask_truncated_completions``)
+    and soft overlong punishment, no KL (beta = 0), constant learning rate after warm-up.
+
+    Lab deviations: G = 8 (paper 16), 16 prompts per step (paper 512) and one optimizer step per
+    batch (paper: 16 mini-batches); the overlong buffer is 32 of 128 tokens (paper 4096 of 20480,
+    the same quarter); at most 3 extra sampling rounds (verl: 10 generation batches in all);
+    dynamic sampling filters on the total reward rather than on accuracy alone, since only a
+    group with equal totals has zero advantage.
+    """
+    values = {"epsilon": 0.2, "epsilon_high": 0.28, "loss_type": "dapo", "dynamic_sampling": True,
+              "max_resample_rounds": 3, "mask_truncated_completions": True,
+              "overlong_buffer_len": 32, "overlong_penalty_factor": 1.0, "beta": 0.0,
+              "lr_scheduler_type": "constant_with_warmup", "warmup_ratio": 0.05}
+    return TrainConfig(**{**values, **overrides})
+
+
+def _dr_grpo(**overrides) -> TrainConfig:
+    """Dr. GRPO (Liu et al. 2025, arXiv 2503.20783): advantage r - mean(r) without the std
+    (``scale_rewards="none"``), loss summed over tokens and divided by a constant
+    (``loss_type="dr_grpo"``: B x max_completion_length), beta = 0, epsilon 0.2.
+
+    Lab deviations: G = 8 as in the paper, but 16 prompts per step (paper 128) and
+    max_completion_length 128 (paper 3000), which is also the constant normaliser; since the
+    constant shrinks the loss by about the mean length over max_completion_length compared with
+    GRPO's per-sequence mean, the learning rate is raised accordingly (8e-3 instead of 2e-3).
+    """
+    values = {"scale_rewards": "none", "loss_type": "dr_grpo", "beta": 0.0, "learning_rate": 8e-3}
+    return TrainConfig(**{**values, **overrides})
+
+
+def _gspo(**overrides) -> TrainConfig:
+    """GSPO (Zheng et al. 2025, arXiv 2507.18071): the sequence-level, length-normalised ratio
+    ``s_i = (pi/pi_old)(y_i) ** (1/|y_i|)`` clipped to [1 - 3e-4, 1 + 4e-4], per-sequence
+    aggregation (``loss_type="grpo"``), no KL, each batch split into 4 mini-batches so the
+    ratio moves off 1 (on-policy, GSPO equals GRPO).
+
+    Lab deviations: G = 8 (paper 16), 16 prompts per step (paper 512 in 4 mini-batches of 128,
+    kept here as 4 mini-batches of 4 prompts' completions).
+    """
+    values = {"importance_sampling_level": "sequence", "loss_type": "grpo", "epsilon": 3e-4,
+              "epsilon_high": 4e-4, "beta": 0.0, "num_mini_batches": 4}
+    return TrainConfig(**{**values, **overrides})
+
+
+def _gfpo(**overrides) -> TrainConfig:
+    """GFPO (Shrivastava et al. 2025, arXiv 2508.09726): sample more (G = 16), keep the k = 8
+    shortest completions of each group (``gfpo_metric="length"``; ``"token_efficiency"`` is the
+    paper's best variant), compute GRPO advantages inside the kept set only, token-level loss
+    (``loss_type="dapo"``).
+
+    Lab deviations: beta = 0 and no entropy bonus (paper: 0.001 each) to keep the tiny run
+    cheap and the comparison with GRPO clean; 8 prompts per step so a step samples as many
+    completions as the GRPO preset (128) and trains on half of them; the rejected completions
+    leave the batch (TRL's implementation), so the token normaliser counts the kept tokens only,
+    where the paper's formula divides by the tokens of all G.
+    """
+    values = {"num_generations": 16, "num_remains_in_group": 8, "prompts_per_step": 8,
+              "gfpo_metric": "length", "loss_type": "dapo", "beta": 0.0}
+    return TrainConfig(**{**values, **overrides})
+
+
+PRESETS = {"ppo": _ppo, "grpo": _grpo, "dapo": _dapo, "dr_grpo": _dr_grpo, "gspo": _gspo,
+           "gfpo": _gfpo}
+
+
+def preset(name: str, **overrides) -> TrainConfig:
+    """The :class:`TrainConfig` of method ``name`` (``ppo``, ``grpo``, ``dapo``, ``dr_grpo``,
+    ``gspo``, ``gfpo``), with any field overridden by keyword; see :func:`preset_doc`."""
+    if name not in PRESETS:
+        raise ValueError(f"preset must be one of {', '.join(map(repr, PRESETS))}, got {name!r}")
+    unknown = set(overrides) - {f.name for f in fields(TrainConfig)}
+    if unknown:
+        raise ValueError(f"unknown TrainConfig field(s): {', '.join(sorted(unknown))}")
+    return PRESETS[name](**overrides)
+
+
+def preset_doc(name: str) -> str:
+    """The docstring of preset ``name``: the method, its paper settings and the lab's deviations."""
+    if name not in PRESETS:
+        raise ValueError(f"preset must be one of {', '.join(map(repr, PRESETS))}, got {name!r}")
+    return PRESETS[name].__doc__
+
+
+__all__ = ["FIELD_DOCS", "PRESETS", "TrainConfig", "preset", "preset_doc"]

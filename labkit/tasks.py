@@ -1,22 +1,25 @@
 """The lab's verifiable task suite: five families of synthetic reasoning problems, checkable by rule.
 
-Families (ids are stable) and their four difficulty levels:
+Families (ids are stable), each with a one-line prompt and four difficulty levels:
 
-=========  ====================  ==========================================================
-family     prompt                levels 1..4
-=========  ====================  ==========================================================
-add        ``347+285=?``         1+1, 2+2, 3+3, 4+4 digits
-sub        ``645-378=?``         1-1, 2-2, 3-3 digits with a >= b; 4-4 digits, may be negative
-mul        ``347*85=?``          1x1, 2x1, 2x2, 3x2 digits
-countdown  ``Make 16 from 5,3,2`` 2 numbers, 3 small, 3 larger, 4 numbers; + - * and ( )
-sort       ``Sort: 9,4,1``       3, 4, 5, 6 numbers ascending (1-digit, then 2-digit)
-=========  ====================  ==========================================================
+- ``add``: ``347+285=?``; 1+1, 2+2, 3+3, 4+4 digits.
+- ``sub``: ``645-378=?``; 1, 2, 3 digits with a >= b; 4 digits, where the result may be negative.
+- ``mul``: ``347*85=?``; 1x1, 2x1, 2x2, 3x2 digits.
+- ``countdown``: ``Make 16 from 5,3,2``; answer with an expression such as ``(5+3)*2`` using
+  ``+ - *`` and parentheses, each given number at most once; 2 numbers 1-9, 3 numbers 1-9,
+  3 numbers 2-25, 4 numbers 1-12. Every instance is built from a random expression, so it is
+  solvable.
+- ``sort``: ``Sort: 9,4,1``; answer ``1,4,9``; 3 numbers 0-9, then 4, 5, 6 numbers 0-99.
 
 The model answers in the format ``<think>{reasoning}</think><answer>{answer}</answer>``; the tags are
 single tokens of the lab's character tokenizer. :func:`solution_text` writes reference completions in
 three styles of rising length: ``direct`` (empty think), ``worked`` (compact steps a small
 transformer can follow left to right) and ``verbose`` (the worked steps plus narration that adds
-nothing). Worked solutions are more reliable than direct answers for a small model, so
+nothing). The worked steps: add and sub go column by column from the rightmost digit, marking
+carries and borrows (``7+5=12 c1,4+8+1=13 c1,3+2+1=6``; ``15-8=7 b1,14-7-1=6 b1,6-3-1=2``); mul
+sums partial products (``347*5=1735,347*80=27760,1735+27760=29495``); sort takes out the smallest
+number and writes what is left (``1:9,4,7 4:9,7 7:9``); countdown tries the plain sum, then an
+expression that works (``5+3=8,8+2=10 no;5+3=8,8*2=16 ok``). Worked solutions are more reliable than direct answers for a small model, so
 accuracy-only RL lengthens responses, and verbose ones waste tokens, so length control has
 something to cut.
 

@@ -107,15 +107,17 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
         g_h = grad_entropy.reshape(n).to(dtype) if ctx.with_entropy else None
         for start in range(0, n, ctx.chunk_size):
             end = min(start + ctx.chunk_size, n)
-            z = read(start, end).to(dtype) / ctx.temperature
-            logp_all = z - lse[start:end, None]
-            p = torch.exp(logp_all)
-            coef = g_lp[start:end, None].expand_as(p)
-            if g_h is not None:
-                coef = coef + g_h[start:end, None] * (logp_all + entropy[start:end, None])
-            grad_z = -p * coef
+            # In-place updates keep two chunk-sized float buffers alive (z, then p), not six.
+            logp_all = (read(start, end).to(dtype) / ctx.temperature).sub_(lse[start:end, None])
+            p = logp_all.exp()
+            if g_h is None:
+                coef = g_lp[start:end, None]
+            else:
+                coef = logp_all.add_(entropy[start:end, None]).mul_(g_h[start:end, None])
+                coef.add_(g_lp[start:end, None])
+            grad_z = p.mul_(coef).neg_()
             grad_z.scatter_add_(-1, flat_tokens[start:end, None], g_lp[start:end, None])
-            flat_grad[start:end] = (grad_z / ctx.temperature).to(logits.dtype)
+            flat_grad[start:end] = grad_z.div_(ctx.temperature)
         return grad_logits, None, None, None, None
 
 

@@ -1,0 +1,593 @@
+"""The machine-readable catalog of every method and trick in the lab.
+
+Each :class:`Method` says what a method changes relative to plain GRPO, the paper it comes from,
+how to switch it on (``labkit`` functions and :class:`labkit.config.TrainConfig` fields), the
+notebook that demonstrates it and the tests that check it. ``status="implemented"`` means the
+named labkit functions exist and are tested; ``"planned"`` means the lab will have it but the code
+does not exist yet (its ``functions`` are then empty). ``tests/test_catalog.py`` keeps this honest:
+functions import, test ids exist, notebooks mention the ids.
+
+Ids are stable: the core path of the product brief (``CORE_IDS``) and the 29 tricks of the lab's
+trick list in its order (``TRICK_IDS``). Where the trick list credits a trick to the wrong source,
+the entry cites the paper that introduced it and says so in ``note``. Notebooks 07-09 (exploration,
+rewards and data, scaling up) are not planned yet, so their methods have no notebook.
+
+>>> from labkit.catalog import catalog_frame
+>>> catalog_frame().query("status == 'implemented'")[["id", "changes", "switch"]]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+__all__ = ["CATALOG", "CHANGES", "CORE_IDS", "TRICK_IDS", "Method", "catalog_frame", "get"]
+
+CHANGES = (
+    "reward",
+    "advantage",
+    "ratio",
+    "clip",
+    "aggregation",
+    "sampling",
+    "data",
+    "reference",
+    "temperature",
+    "loss",
+)
+
+CORE_IDS = (
+    "ppo",
+    "ppo-dual-clip",
+    "gae",
+    "grpo",
+    "dapo-dynamic-sampling",
+    "dapo-overlong-filter",
+    "gspo-token",
+    "gfpo-token-efficiency",
+    "gfpo-adaptive",
+)
+
+TRICK_IDS = (
+    "dapo-no-kl",
+    "dapo-clip-higher",
+    "kimi-temperature-decay",
+    "dler-higher-clip",
+    "prorl-ref-reset",
+    "rlplus-no-clip-exploration",
+    "kl-estimators",
+    "opo-baseline",
+    "gdpo-reward-decoupled-norm",
+    "remax-greedy-baseline",
+    "rloo-baseline",
+    "drgrpo-no-std",
+    "gspo-sequence",
+    "batch-reward-norm",
+    "prorl-high-temperature",
+    "curriculum-difficulty",
+    "gfpo-length-filter",
+    "dra-diversity",
+    "dapo-overlong-penalty",
+    "dapo-token-loss",
+    "kimi-budget-control",
+    "laser-length-reward",
+    "dler-difficulty-truncation",
+    "rft-rejection-sampling",
+    "rlvr-rules",
+    "ttrl-majority-vote",
+    "generative-judge",
+    "multitask-weights",
+    "kimi-ptx-loss",
+)
+
+
+@dataclass(frozen=True)
+class Method:
+    """One catalog row.
+
+    Attributes:
+        id: stable identifier (lower-case, dashes).
+        title: title of the paper that introduced it.
+        arxiv: arXiv id of that paper, or None when it has none.
+        changes: what it changes relative to plain GRPO, one of :data:`CHANGES`.
+        functions: dotted paths of the labkit functions that implement it.
+        config: ``TrainConfig`` fields and the values that switch it on.
+        notebook: ``notebooks/NN_name.ipynb`` that demonstrates it, or None.
+        tests: pytest node ids (``tests/test_x.py::test_name``) that check it.
+        status: ``"implemented"`` or ``"planned"``.
+        note: attribution corrections and how labkit departs from the paper.
+    """
+
+    id: str
+    title: str
+    arxiv: str | None
+    changes: str
+    functions: tuple[str, ...] = ()
+    config: dict = field(default_factory=dict)
+    notebook: str | None = None
+    tests: tuple[str, ...] = ()
+    status: str = "planned"
+    note: str = ""
+
+    @property
+    def switch(self) -> str:
+        """How to switch it on, as one line: config fields, then functions."""
+        fields = [f"{k}={v!r}" for k, v in self.config.items()]
+        return "; ".join(fields + list(self.functions))
+
+
+# Papers (titles and ids from the lab's reference notes).
+_PPO = ("Proximal Policy Optimization Algorithms", "1707.06347")
+_DUAL = ("Mastering Complex Control in MOBA Games with Deep Reinforcement Learning", "1912.09729")
+_GAE = ("High-Dimensional Continuous Control Using Generalized Advantage Estimation", "1506.02438")
+_GRPO = (
+    "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models",
+    "2402.03300",
+)
+_DAPO = ("DAPO: An Open-Source LLM Reinforcement Learning System at Scale", "2503.14476")
+_GSPO = ("Group Sequence Policy Optimization", "2507.18071")
+_GFPO = (
+    "Sample More to Think Less: Group Filtered Policy Optimization for Concise Reasoning",
+    "2508.09726",
+)
+_K2 = ("Kimi K2: Open Agentic Intelligence", "2507.20534")
+_K15 = ("Kimi k1.5: Scaling Reinforcement Learning with LLMs", "2501.12599")
+_DLER = (
+    (
+        "DLER: Doing Length pEnalty Right - Incentivizing More Intelligence per Token via "
+        "Reinforcement Learning"
+    ),
+    "2510.15110",
+)
+_PRORL = (
+    "ProRL: Prolonged Reinforcement Learning Expands Reasoning Boundaries in Large Language Models",
+    "2505.24864",
+)
+_RLPLUS = (
+    (
+        "RL-PLUS: Countering Capability Boundary Collapse of LLMs in Reinforcement Learning with "
+        "Hybrid-policy Optimization"
+    ),
+    "2508.00222",
+)
+_COMEDY = ("A Comedy of Estimators: On KL Regularization in RL Training of LLMs", "2512.21852")
+_OPO = ("On-Policy RL with Optimal Reward Baseline", "2505.23585")
+_GDPO = (
+    (
+        "GDPO: Group reward-Decoupled Normalization Policy Optimization for Multi-reward RL "
+        "Optimization"
+    ),
+    "2601.05242",
+)
+_REMAX = (
+    (
+        "ReMax: A Simple, Effective, and Efficient Reinforcement Learning Method for Aligning Large "
+        "Language Models"
+    ),
+    "2310.10505",
+)
+_RLOO = (
+    (
+        "Back to Basics: Revisiting REINFORCE Style Optimization for Learning from Human Feedback "
+        "in LLMs"
+    ),
+    "2402.14740",
+)
+_DRGRPO = ("Understanding R1-Zero-Like Training: A Critical Perspective", "2503.20783")
+_DRA = (
+    (
+        "DRA-GRPO: Exploring Diversity-Aware Reward Adjustment for R1-Zero-Like Training of Large "
+        "Language Models"
+    ),
+    "2505.09655",
+)
+_LASER = ("Learn to Reason Efficiently with Adaptive Length-based Reward Shaping", "2505.15612")
+_RFT = (
+    "Scaling Relationship on Learning Mathematical Reasoning with Large Language Models",
+    "2308.01825",
+)
+_TULU = ("Tulu 3: Pushing Frontiers in Open Language Model Post-Training", "2411.15124")
+_TTRL = ("TTRL: Test-Time Reinforcement Learning", "2504.16084")
+_GENRM = ("Generative Verifiers: Reward Modeling as Next-Token Prediction", "2408.15240")
+_MTGRPO = ("Multi-Task GRPO: Reliable LLM Reasoning Across Tasks", "2602.05547")
+
+_NB = {
+    "ppo": "notebooks/01_ppo.ipynb",
+    "grpo": "notebooks/02_grpo.ipynb",
+    "baselines": "notebooks/03_baselines.ipynb",
+    "dapo": "notebooks/04_dapo.ipynb",
+    "gspo": "notebooks/05_gspo.ipynb",
+    "gfpo": "notebooks/06_gfpo_length.ipynb",
+}
+
+_A, _F, _L, _S = "labkit.advantages.", "labkit.filters.", "labkit.losses.", "labkit.shaping."
+_TA, _TF, _TL, _TK = (
+    "tests/test_advantages.py::",
+    "tests/test_filters.py::",
+    "tests/test_losses.py::",
+    "tests/test_kl.py::",
+)
+_TRL = "tests/test_trl_crosscheck.py::"
+
+
+def _m(paper, **kwargs) -> Method:
+    title, arxiv = paper
+    if kwargs.get("functions"):
+        kwargs.setdefault("status", "implemented")
+    return Method(title=title, arxiv=arxiv, **kwargs)
+
+
+CATALOG: tuple[Method, ...] = (
+    # ---------------------------------------------------------------- core path
+    _m(
+        _PPO,
+        id="ppo",
+        changes="clip",
+        functions=(_L + "clipped_surrogate", _L + "policy_loss", _L + "value_loss"),
+        config={"advantage_estimator": "gae"},
+        notebook=_NB["ppo"],
+        tests=(
+            _TL + "test_four_sign_cases_and_where_the_gradient_vanishes",
+            _TL + "test_ratio_one_is_reinforce_weighted_by_the_advantage",
+            _TL + "test_value_clipping_regimes",
+        ),
+        note="LLM libraries aggregate PPO by token mean; value clipping comes from OpenAI "
+        "baselines ppo2, not the paper.",
+    ),
+    _m(
+        _DUAL,
+        id="ppo-dual-clip",
+        changes="clip",
+        functions=(_L + "clipped_surrogate",),
+        config={"dual_clip": 3.0},
+        notebook=_NB["ppo"],
+        tests=(
+            _TL + "test_dual_clip_caps_the_loss_for_negative_advantages",
+            _TL
+            + "test_dual_clip_with_huge_c_is_vanilla_ppo_and_delta_equals_it_for_negative_advantages",
+        ),
+        note="c = 3 is verl's default; the paper only requires c > 1. For A < 0 it equals TRL's "
+        "delta with delta = c.",
+    ),
+    _m(
+        _GAE,
+        id="gae",
+        changes="advantage",
+        functions=(_A + "gae", _A + "outcome_to_token_rewards", _A + "batch_normalize"),
+        config={"advantage_estimator": "gae", "gamma": 1.0, "lam": 0.95},
+        notebook=_NB["ppo"],
+        tests=(
+            _TA + "test_gae_lambda_one_is_reward_to_go_minus_value",
+            _TA + "test_gae_lambda_zero_is_the_td_error",
+            _TA + "test_gae_skips_holes_in_the_mask",
+        ),
+    ),
+    _m(
+        _GRPO,
+        id="grpo",
+        changes="advantage",
+        functions=(_A + "group_advantages", _L + "policy_loss"),
+        config={"advantage_estimator": "grpo", "scale_rewards": "group", "loss_type": "grpo"},
+        notebook=_NB["grpo"],
+        tests=(
+            _TA + "test_group_advantages_sum_to_zero_per_group",
+            _TA + "test_bessel_std_gives_sum_of_squares_g_minus_1_and_population_gives_g",
+            _TL + "test_per_token_gradient_weights_of_each_aggregation",
+            _TRL + "test_policy_loss_matches_trl_compute_loss",
+        ),
+        note="Bessel std + 1e-4 as TRL (the paper gives no epsilon); KL as k3 in the loss.",
+    ),
+    _m(
+        _DAPO,
+        id="dapo-dynamic-sampling",
+        changes="sampling",
+        functions=(_F + "dynamic_sampling_mask",),
+        config={"dynamic_sampling": True},
+        notebook=_NB["dapo"],
+        tests=(_TF + "test_dynamic_sampling_drops_all_correct_and_all_wrong_groups",),
+        note="The paper filters on accuracy; the mask accepts any per-completion metric.",
+    ),
+    _m(
+        _DAPO,
+        id="dapo-overlong-filter",
+        changes="loss",
+        config={"mask_truncated_completions": True},
+        notebook=_NB["dapo"],
+        note="Truncated completions leave the loss but still count in the group statistics "
+        "(TRL); needs the rollout's truncation flags and the trainer.",
+    ),
+    _m(
+        _GSPO,
+        id="gspo-token",
+        changes="ratio",
+        functions=(_L + "gspo_token_log_ratio", _L + "policy_loss"),
+        notebook=_NB["gspo"],
+        tests=(_TL + "test_gspo_token_equals_gspo_with_shared_advantages",),
+        note="policy_loss(importance_sampling_level='sequence_token'); only differs from GSPO with "
+        "per-token advantages. Gone from TRL 1.16.",
+    ),
+    _m(
+        _GFPO,
+        id="gfpo-token-efficiency",
+        changes="sampling",
+        functions=(_F + "gfpo_filter", _F + "gfpo_advantages"),
+        config={"num_remains_in_group": 8, "gfpo_metric": "token_efficiency"},
+        notebook=_NB["gfpo"],
+        tests=(
+            _TF + "test_token_efficiency_keeps_the_highest_reward_per_token",
+            _TF + "test_gfpo_rejected_get_zero_and_kept_are_standardised_with_population_std",
+        ),
+    ),
+    _m(
+        _GFPO,
+        id="gfpo-adaptive",
+        changes="sampling",
+        functions=(_F + "adaptive_num_remains", _F + "difficulty_quartiles", _F + "gfpo_filter"),
+        notebook=_NB["gfpo"],
+        tests=(
+            _TF + "test_adaptive_k_by_quartile_bucket_and_before_ready",
+            _TF + "test_adaptive_k_feeds_the_filter",
+        ),
+        note="Exact quantiles over the history of group mean rewards replace the paper's t-digest.",
+    ),
+    # ---------------------------------------------------------------- tricks, in the list's order
+    _m(
+        _DAPO,
+        id="dapo-no-kl",
+        changes="reference",
+        functions=(_L + "policy_loss",),
+        config={"beta": 0.0},
+        notebook=_NB["dapo"],
+        tests=(_TRL + "test_policy_loss_matches_trl_compute_loss",),
+        note="beta = 0 also means no reference model is loaded (TRL's default).",
+    ),
+    _m(
+        _DAPO,
+        id="dapo-clip-higher",
+        changes="clip",
+        functions=(_L + "clipped_surrogate",),
+        config={"epsilon": 0.2, "epsilon_high": 0.28},
+        notebook=_NB["dapo"],
+        tests=(_TL + "test_clip_higher_moves_only_the_upper_edge",),
+    ),
+    _m(
+        _K2,
+        id="kimi-temperature-decay",
+        changes="temperature",
+        note="A Kimi K2 addition (arXiv 2507.20534 section 3.2.3), not k1.5 as trick lists say. "
+        "Schedule and endpoints are unpublished.",
+    ),
+    _m(
+        _DLER,
+        id="dler-higher-clip",
+        changes="clip",
+        functions=(_L + "clipped_surrogate",),
+        config={"epsilon": 0.2, "epsilon_high": 0.28},
+        notebook=_NB["dapo"],
+        tests=(_TL + "test_clip_higher_moves_only_the_upper_edge",),
+        note="DAPO's clip-higher (2503.14476) reused by DLER with the same 0.2/0.28.",
+    ),
+    _m(
+        _PRORL,
+        id="prorl-ref-reset",
+        changes="reference",
+        note="Reset the reference to a recent policy snapshot and re-initialise the optimizer.",
+    ),
+    _m(
+        _RLPLUS,
+        id="rlplus-no-clip-exploration",
+        changes="clip",
+        note="labkit.losses.no_clip_surrogate exists (tests/test_losses.py::"
+        "test_no_clip_equals_infinite_epsilons); the exploration weight (1-p)^gamma and the MIS "
+        "ratio for external data are not implemented.",
+    ),
+    _m(
+        _COMEDY,
+        id="kl-estimators",
+        changes="reference",
+        functions=(
+            _L + "kl_estimate",
+            _A + "kl_penalized_rewards",
+            _A + "kl_penalized_token_rewards",
+        ),
+        config={"beta": 0.05, "kl_estimator": "k1", "kl_in_reward": True},
+        notebook=_NB["grpo"],
+        tests=(
+            _TK + "test_expected_gradient_of_each_placement",
+            _TK + "test_sequence_kl_k1_in_reward_is_exact_tokenwise_k2_loss_is_not",
+            _TK + "test_values_k3_and_k2_never_negative_k1_sometimes",
+        ),
+        note="The estimators are Schulman's (blog, no arXiv id); the paper compares their "
+        "placements and recommends k1 in the reward.",
+    ),
+    _m(
+        _OPO,
+        id="opo-baseline",
+        changes="advantage",
+        functions=(_A + "opo_advantages",),
+        config={"advantage_estimator": "opo"},
+        notebook=_NB["baselines"],
+        tests=(
+            _TA + "test_opo_length_weighted_baseline_example",
+            _TA + "test_opo_weighted_sum_is_zero_and_zero_length_counts_as_one",
+        ),
+    ),
+    _m(
+        _GDPO,
+        id="gdpo-reward-decoupled-norm",
+        changes="advantage",
+        functions=(_A + "combine_rewards",),
+        notebook=_NB["baselines"],
+        tests=(
+            _TA + "test_gdpo_example_from_the_paper",
+            _TRL + "test_advantages_match_trl_generate_and_score",
+        ),
+        note="combine_rewards(mode='normalize_then_sum'); TRL: multi_objective_aggregation.",
+    ),
+    _m(
+        _REMAX,
+        id="remax-greedy-baseline",
+        changes="advantage",
+        functions=(_A + "remax_advantages",),
+        config={"advantage_estimator": "remax"},
+        notebook=_NB["baselines"],
+        tests=(_TA + "test_remax_subtracts_the_greedy_reward_of_each_prompt",),
+        note="The greedy rollout itself is the rollout module's job.",
+    ),
+    _m(
+        _RLOO,
+        id="rloo-baseline",
+        changes="advantage",
+        functions=(_A + "rloo_advantages",),
+        config={"advantage_estimator": "rloo"},
+        notebook=_NB["baselines"],
+        tests=(
+            _TA + "test_rloo_example_and_formula",
+            _TA + "test_dr_grpo_times_g_over_g_minus_1_is_rloo",
+        ),
+        note="The leave-one-out baseline is Kool et al. 2019; 2402.14740 brought it to LLMs.",
+    ),
+    _m(
+        _DRGRPO,
+        id="drgrpo-no-std",
+        changes="advantage",
+        functions=(_A + "group_advantages", _L + "aggregate"),
+        config={"scale_rewards": "none", "loss_type": "dr_grpo"},
+        notebook=_NB["baselines"],
+        tests=(
+            _TA + "test_dr_grpo_only_centres",
+            _TL
+            + "test_grpo_gives_a_3x_longer_wrong_answer_3x_less_penalty_per_token_dapo_does_not",
+        ),
+    ),
+    _m(
+        _GSPO,
+        id="gspo-sequence",
+        changes="ratio",
+        functions=(_L + "sequence_log_ratio", _L + "policy_loss"),
+        config={"importance_sampling_level": "sequence", "loss_type": "grpo"},
+        notebook=_NB["gspo"],
+        tests=(
+            _TL + "test_sequence_ratio_is_the_geometric_mean_of_token_ratios",
+            _TL
+            + "test_gspo_per_token_gradient_is_s_times_a_over_length_and_a_clipped_sequence_is_silenced",
+        ),
+    ),
+    _m(
+        _DLER,
+        id="batch-reward-norm",
+        changes="advantage",
+        functions=(_A + "batch_normalize", _A + "group_advantages"),
+        notebook=_NB["baselines"],
+        tests=(
+            _TA + "test_batch_normalize_dler_example",
+            _TA + "test_batch_scale_divides_by_the_std_of_all_raw_rewards",
+        ),
+        note="From REINFORCE++-baseline, used by DLER: group-centre, then one batch std "
+        "(batch_normalize). TRL's scale_rewards='batch' divides by the std of the raw rewards.",
+    ),
+    _m(
+        _PRORL,
+        id="prorl-high-temperature",
+        changes="temperature",
+        note="Sample at temperature 1.2; log-probs must use the same temperature "
+        "(labkit.logprobs does) - the sampling side is the rollout's.",
+    ),
+    _m(
+        _K15,
+        id="curriculum-difficulty",
+        changes="data",
+        note="Kimi k1.5 prioritized sampling p ~ 1 - success rate; SEC (2505.14970) as a bandit.",
+    ),
+    _m(
+        _GFPO,
+        id="gfpo-length-filter",
+        changes="sampling",
+        functions=(_F + "gfpo_filter", _F + "gfpo_advantages"),
+        config={"num_remains_in_group": 8, "gfpo_metric": "length"},
+        notebook=_NB["gfpo"],
+        tests=(
+            _TF + "test_shortest_k_keeps_exactly_the_k_smallest_lengths",
+            _TF + "test_gfpo_rejected_get_zero_and_kept_are_standardised_with_population_std",
+        ),
+    ),
+    _m(_DRA, id="dra-diversity", changes="reward"),
+    _m(
+        _DAPO,
+        id="dapo-overlong-penalty",
+        changes="reward",
+        functions=(_S + "overlong_penalty",),
+        config={"overlong_buffer_len": 32, "overlong_penalty_factor": 1.0},
+        notebook=_NB["dapo"],
+        tests=(
+            "tests/test_advantages.py::test_dapo_overlong_penalty_curve",
+            _TRL + "test_overlong_penalty_matches_trl_soft_overlong_punishment",
+        ),
+    ),
+    _m(
+        _DAPO,
+        id="dapo-token-loss",
+        changes="aggregation",
+        functions=(_L + "aggregate",),
+        config={"loss_type": "dapo"},
+        notebook=_NB["dapo"],
+        tests=(
+            _TL + "test_per_token_gradient_weights_of_each_aggregation",
+            _TL + "test_micro_batch_losses_add_up_to_the_full_batch_loss",
+        ),
+    ),
+    _m(
+        _K2,
+        id="kimi-budget-control",
+        changes="reward",
+        notebook=_NB["gfpo"],
+        note="A Kimi K2 addition, not k1.5. Budgets and penalty are unpublished.",
+    ),
+    _m(_LASER, id="laser-length-reward", changes="reward", notebook=_NB["gfpo"]),
+    _m(
+        _DLER,
+        id="dler-difficulty-truncation",
+        changes="sampling",
+        notebook=_NB["gfpo"],
+        note="DA-DLER: a shorter truncation length for prompts solved more than half the time.",
+    ),
+    _m(_RFT, id="rft-rejection-sampling", changes="data"),
+    _m(_TULU, id="rlvr-rules", changes="reward", note="Verifiers live in labkit.rewards."),
+    _m(_TTRL, id="ttrl-majority-vote", changes="reward"),
+    _m(_GENRM, id="generative-judge", changes="reward"),
+    _m(_MTGRPO, id="multitask-weights", changes="data"),
+    _m(
+        _K2,
+        id="kimi-ptx-loss",
+        changes="loss",
+        note="A Kimi K2 addition, not k1.5; its form is InstructGPT's PPO-ptx (2203.02155).",
+    ),
+)
+
+_BY_ID = {m.id: m for m in CATALOG}
+
+
+def get(method_id: str) -> Method:
+    """The catalog entry with this id (``KeyError`` listing the known ids otherwise)."""
+    try:
+        return _BY_ID[method_id]
+    except KeyError:
+        raise KeyError(f"unknown method id {method_id!r}; known: {sorted(_BY_ID)}") from None
+
+
+def catalog_frame():
+    """The catalog as a pandas DataFrame, one row per method, core path first.
+
+    Columns: ``id, kind (core/trick), status, changes, title, arxiv, switch, functions, config,
+    notebook, tests, note``.
+    """
+    import pandas as pd  # imported here so that importing labkit does not need pandas
+
+    rows = []
+    for m in CATALOG:
+        row = asdict(m)
+        row["kind"] = "core" if m.id in CORE_IDS else "trick"
+        row["switch"] = m.switch
+        rows.append(row)
+    columns = ["id", "kind", "status", "changes", "title", "arxiv", "switch", "functions"]
+    columns += ["config", "notebook", "tests", "note"]
+    return pd.DataFrame(rows, columns=columns)

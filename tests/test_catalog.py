@@ -1,0 +1,129 @@
+"""labkit.catalog stays honest: ids complete and unique, functions import, tests exist, notebooks
+(once written) mention their ids, config switches are real TrainConfig fields."""
+
+import importlib
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+
+from labkit.catalog import CATALOG, CHANGES, CORE_IDS, TRICK_IDS, catalog_frame, get
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The ids of the product brief (LAB.md, "The catalog of methods"), in its order.
+LAB_CORE = [
+    "ppo",
+    "ppo-dual-clip",
+    "gae",
+    "grpo",
+    "dapo-dynamic-sampling",
+    "dapo-overlong-filter",
+    "gspo-token",
+    "gfpo-token-efficiency",
+    "gfpo-adaptive",
+]
+LAB_TRICKS = [
+    "dapo-no-kl",
+    "dapo-clip-higher",
+    "kimi-temperature-decay",
+    "dler-higher-clip",
+    "prorl-ref-reset",
+    "rlplus-no-clip-exploration",
+    "kl-estimators",
+    "opo-baseline",
+    "gdpo-reward-decoupled-norm",
+    "remax-greedy-baseline",
+    "rloo-baseline",
+    "drgrpo-no-std",
+    "gspo-sequence",
+    "batch-reward-norm",
+    "prorl-high-temperature",
+    "curriculum-difficulty",
+    "gfpo-length-filter",
+    "dra-diversity",
+    "dapo-overlong-penalty",
+    "dapo-token-loss",
+    "kimi-budget-control",
+    "laser-length-reward",
+    "dler-difficulty-truncation",
+    "rft-rejection-sampling",
+    "rlvr-rules",
+    "ttrl-majority-vote",
+    "generative-judge",
+    "multitask-weights",
+    "kimi-ptx-loss",
+]
+NOTEBOOKS = {
+    f"notebooks/{n}.ipynb" for n in ("00_tour", "01_ppo", "02_grpo", "03_baselines", "04_dapo")
+} | {
+    "notebooks/05_gspo.ipynb",
+    "notebooks/06_gfpo_length.ipynb",
+}
+
+
+def test_ids_are_unique_and_cover_the_brief_in_order():
+    ids = [m.id for m in CATALOG]
+    assert len(ids) == len(set(ids))
+    assert list(CORE_IDS) == LAB_CORE and list(TRICK_IDS) == LAB_TRICKS and len(LAB_TRICKS) == 29
+    assert ids == LAB_CORE + LAB_TRICKS
+    assert get("grpo").id == "grpo"
+    with pytest.raises(KeyError, match="unknown method id"):
+        get("ppo2")
+
+
+@pytest.mark.parametrize("method", CATALOG, ids=lambda m: m.id)
+def test_entry_fields_are_well_formed(method):
+    assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", method.id)
+    assert method.changes in CHANGES
+    assert method.status in ("implemented", "planned")
+    assert method.title
+    assert method.arxiv is None or re.fullmatch(r"\d{4}\.\d{4,5}", method.arxiv)
+    assert method.notebook is None or method.notebook in NOTEBOOKS
+    if method.status == "implemented":
+        assert method.functions and method.tests, "an implemented method names its code and tests"
+    else:
+        assert not method.functions, "a planned method names no code that does not exist yet"
+
+
+@pytest.mark.parametrize("method", [m for m in CATALOG if m.functions], ids=lambda m: m.id)
+def test_every_named_function_imports(method):
+    for path in method.functions:
+        module, _, name = path.rpartition(".")
+        assert callable(getattr(importlib.import_module(module), name)), path
+
+
+@pytest.mark.parametrize("method", [m for m in CATALOG if m.tests], ids=lambda m: m.id)
+def test_every_named_test_exists(method):
+    for node in method.tests:
+        file, _, name = node.partition("::")
+        source = (ROOT / file).read_text()
+        assert re.search(rf"^def {re.escape(name)}\(", source, re.MULTILINE), node
+
+
+@pytest.mark.parametrize("method", [m for m in CATALOG if m.config], ids=lambda m: m.id)
+def test_config_switches_are_accepted_by_train_config(method):
+    config = pytest.importorskip("labkit.config")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config.TrainConfig(**method.config)
+
+
+@pytest.mark.parametrize("method", [m for m in CATALOG if m.notebook], ids=lambda m: m.id)
+def test_notebook_mentions_the_id_once_it_exists(method):
+    path = ROOT / method.notebook
+    if not path.exists():
+        pytest.skip(f"{method.notebook} is not written yet")
+    assert method.id in path.read_text(), f"{method.notebook} does not mention {method.id}"
+
+
+def test_catalog_frame_has_one_row_per_method():
+    frame = catalog_frame()
+    assert list(frame["id"]) == [m.id for m in CATALOG]
+    assert set(frame["kind"]) == {"core", "trick"}
+    assert {"status", "changes", "arxiv", "switch", "notebook", "tests"} <= set(frame.columns)
+    assert (
+        frame.loc[frame["id"] == "dapo-token-loss", "switch"].item()
+        == "loss_type='dapo'; labkit.losses.aggregate"
+    )

@@ -428,14 +428,15 @@ def _dapo(**overrides) -> TrainConfig:
     and soft overlong punishment, no KL (beta = 0), constant learning rate after warm-up.
 
     Lab deviations: G = 8 (paper 16), 16 prompts per step (paper 512) and one optimizer step per
-    batch (paper: 16 mini-batches); the overlong buffer is 32 of 128 tokens (paper 4096 of 20480,
-    the same quarter); at most 3 extra sampling rounds (verl: 10 generation batches in all);
+    batch (paper: 16 mini-batches); the overlong buffer is a fifth of max_completion_length (25
+    of 128 tokens; paper 4096 of 20480); at most 3 extra sampling rounds (verl: 10 generation batches in all);
     dynamic sampling filters on the total reward rather than on accuracy alone, since only a
     group with equal totals has zero advantage.
     """
+    length = overrides.get("max_completion_length", TrainConfig.max_completion_length)
     values = {"epsilon": 0.2, "epsilon_high": 0.28, "loss_type": "dapo", "dynamic_sampling": True,
               "max_resample_rounds": 3, "mask_truncated_completions": True,
-              "overlong_buffer_len": 32, "overlong_penalty_factor": 1.0, "beta": 0.0,
+              "overlong_buffer_len": length // 5, "overlong_penalty_factor": 1.0, "beta": 0.0,
               "lr_scheduler_type": "constant_with_warmup", "warmup_ratio": 0.05}
     return TrainConfig(**{**values, **overrides})
 

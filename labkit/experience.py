@@ -1,0 +1,140 @@
+"""The experience of one step: sampled completions and everything the update reads about them.
+
+An :class:`Experience` holds one row per completion, the ``G`` completions of a prompt in
+consecutive rows (TRL's layout), as tensors of three kinds:
+
+* prompt-aligned, left-padded: ``prompt_ids``, ``prompt_mask``;
+* completion-aligned, right-padded: ``completion_ids``, ``completion_mask`` (sampled tokens,
+  end-of-turn included), ``loss_mask`` (the tokens that enter the loss), ``sample_logp`` (sampling
+  log-probs), and, when the update needs them, ``old_logp``, ``ref_logp``, ``values``,
+  ``returns`` and per-token ``advantages``;
+* per row: ``lengths``, ``truncated``, ``rewards`` (the weighted total), per-sequence
+  ``advantages`` and ``prompt_index`` (the prompt's row in the train dataset).
+
+It can be concatenated (sampling rounds of DAPO's dynamic sampling), indexed by rows (keeping
+groups, making mini-batches) and trimmed to the widest row, so a micro-batch of short completions
+does not pay for the padding of a long one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+import torch
+
+_PROMPT = ("prompt_ids", "prompt_mask")
+_COMPLETION = ("completion_ids", "completion_mask", "loss_mask", "sample_logp", "old_logp",
+               "ref_logp", "values", "returns")
+
+
+@dataclass
+class Experience:
+    """Completions of one step (see the module docstring). ``B`` rows, ``P`` prompt and ``L``
+    completion columns."""
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    loss_mask: torch.Tensor
+    sample_logp: torch.Tensor
+    lengths: torch.Tensor
+    truncated: torch.Tensor
+    rewards: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    old_logp: torch.Tensor | None = None
+    ref_logp: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+    prompt_index: torch.Tensor | None = None
+    pad_token_id: int = 0
+
+    @classmethod
+    def from_rollout(cls, rollout, pad_token_id: int) -> Experience:
+        """Copy a :class:`labkit.rollout.Rollout` (inference-mode tensors, which autograd may not
+        save) into ordinary tensors."""
+        mask = rollout.completion_mask.clone()
+        return cls(rollout.prompt_ids.clone(), rollout.prompt_mask.clone(),
+                   rollout.completion_ids.clone(), mask, mask.clone(), rollout.logprobs.clone(),
+                   rollout.lengths.clone(), rollout.truncated.clone(), pad_token_id=pad_token_id)
+
+    def __len__(self) -> int:
+        return self.prompt_ids.size(0)
+
+    @property
+    def input_ids(self) -> torch.Tensor:
+        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
+
+    @property
+    def position_ids(self) -> torch.Tensor:
+        """Positions counted from each row's first real token (prompts are left-padded)."""
+        return (self.attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+    def _tensors(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, torch.Tensor):
+                yield f.name, value
+
+    def _kind(self, name: str, value: torch.Tensor) -> str:
+        if name in _PROMPT:
+            return "prompt"
+        if name in _COMPLETION or (name == "advantages" and value.dim() == 2):
+            return "completion"
+        return "row"
+
+    def select(self, index) -> Experience:
+        """Rows ``index`` (a bool mask or integer indices), every field alike."""
+        return replace(self, **{name: value[index] for name, value in self._tensors()})
+
+    def trimmed(self) -> Experience:
+        """Drop prompt columns that are padding in every row (left) and completion columns past
+        the longest completion (right)."""
+        first = int(self.prompt_mask.any(0).int().argmax()) if len(self) else 0
+        width = int(self.completion_mask.sum(-1).max()) if len(self) else 0
+        changes = {}
+        for name, value in self._tensors():
+            kind = self._kind(name, value)
+            if kind == "prompt":
+                changes[name] = value[:, first:]
+            elif kind == "completion":
+                changes[name] = value[:, :width]
+        return replace(self, **changes)
+
+    @classmethod
+    def cat(cls, parts: list[Experience]) -> Experience:
+        """Stack experiences row-wise, padding prompts on the left and completions on the right."""
+        if len(parts) == 1:
+            return parts[0]
+        first = parts[0]
+        pad = first.pad_token_id
+        prompt_width = max(p.prompt_ids.size(1) for p in parts)
+        completion_width = max(p.completion_ids.size(1) for p in parts)
+        merged = {}
+        for name, value in first._tensors():
+            kind = first._kind(name, value)
+            fill = pad if name in ("prompt_ids", "completion_ids") else 0
+            pieces = []
+            for part in parts:
+                tensor = getattr(part, name)
+                if tensor is None:
+                    raise ValueError(f"cannot concatenate experiences: {name} is missing in one")
+                if kind == "prompt":
+                    tensor = _pad(tensor, prompt_width, fill, left=True)
+                elif kind == "completion":
+                    tensor = _pad(tensor, completion_width, fill, left=False)
+                pieces.append(tensor)
+            merged[name] = torch.cat(pieces)
+        return replace(first, **merged)
+
+
+def _pad(tensor: torch.Tensor, width: int, fill, left: bool) -> torch.Tensor:
+    missing = width - tensor.size(1)
+    if missing == 0:
+        return tensor
+    block = tensor.new_full((tensor.size(0), missing), fill)
+    return torch.cat([block, tensor] if left else [tensor, block], dim=1)

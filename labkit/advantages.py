@@ -30,9 +30,10 @@ rewards always raise.
 Departures from TRL/verl, all deliberate and tested:
 
 * a group whose (present) rewards are all equal gets advantages of exactly 0; TRL gets
-  ``(r - mean) / (0 + 1e-4)``, i.e. 0 up to the rounding of the mean (~1e-13);
-* a group of one completion gets advantage 0 in every estimator (TRL's rule; verl's GRPO and RLOO
-  return the raw reward for a singleton group, which is not centred at all);
+  ``(r - mean) / (0 + 1e-4)``, i.e. 0 up to the rounding of the mean (about 1e-8 in float32);
+* a group of one completion gets advantage 0 from the group baselines (GRPO, Dr. GRPO, RLOO, OPO;
+  TRL's rule); verl's GRPO, RLOO and OPO return the raw reward for a singleton group, which is not
+  centred at all;
 * the standard deviation is Bessel-corrected (n - 1) as in TRL and verl, with ``eps = 1e-4`` added
   to it (TRL; verl uses 1e-6, oat 1e-8); GFPO's population std is available with ``unbiased=False``.
 """
@@ -188,7 +189,7 @@ def group_advantages(
     one completion, and a group with fewer than two present rewards give exactly 0; a NaN reward
     (missing) is excluded from the statistics and gets 0 (TRL's rule for unscorable completions).
     ``inf`` raises ``ValueError``. Differs from TRL only in returning exact zeros for constant
-    groups (TRL: about 1e-13 from the rounding of the mean).
+    groups (TRL: rounding noise of the mean divided by 1e-4, about 1e-8 in float32).
     """
     scale = _as_scale(scale_rewards)
     if eps < 0:

@@ -472,6 +472,8 @@ def value_loss(
     _check_same_shape(values, "values", old_values=old_values, returns=returns, mask=mask)
     _check_non_negative(clip_range_value=clip_range_value)
     m = mask.bool()
+    # Zero the padding first: a NaN there would otherwise give NaN gradients (0 * NaN).
+    values, old_values, returns = (torch.where(m, x, 0) for x in (values, old_values, returns))
     unclipped = (values - returns) ** 2
     if clip_range_value is None:
         clipped = unclipped
@@ -523,16 +525,13 @@ def _check_finite(
     m: torch.Tensor, advantages: torch.Tensor, **tensors: torch.Tensor | None
 ) -> None:
     """Raise if a valid (masked-in) entry is NaN/inf; one device sync for all tensors."""
-    present = {k: t.detach() for k, t in tensors.items() if t is not None}
-    flags = [torch.isfinite(torch.where(m, t, 0)).all() for t in present.values()]
-    flags.append(torch.isfinite(advantages.detach()).all())
-    if bool(torch.stack(flags).all()):
+    named = {k: torch.where(m, t.detach(), 0) for k, t in tensors.items() if t is not None}
+    named["advantages"] = advantages.detach()
+    flags = torch.stack([torch.isfinite(t).all() for t in named.values()])
+    if bool(flags.all()):
         return
-    for (name, _), ok in zip([*present.items(), ("advantages", None)], flags):
-        if not bool(ok):
-            raise ValueError(
-                f"{name} has non-finite (NaN/inf) values at valid (unmasked) positions"
-            )
+    bad = [name for name, ok in zip(named, flags.tolist()) if not ok]
+    raise ValueError(f"{bad[0]} has non-finite (NaN/inf) values at valid (unmasked) positions")
 
 
 def policy_loss(

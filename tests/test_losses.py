@@ -392,6 +392,17 @@ def test_value_clipping_regimes(value, expected_grad, clipped):
     assert metrics["vf_clipfrac"] == clipped
 
 
+def test_value_loss_ignores_garbage_in_padding():
+    v = t(0.3, 0.0).view(1, 2).requires_grad_()
+    nan = float("nan")
+    loss, metrics = value_loss(
+        v, t(0.1, nan).view(1, 2), t(0.5, nan).view(1, 2), torch.tensor([[1, 0]])
+    )
+    (grad,) = torch.autograd.grad(loss, v)
+    assert torch.isfinite(loss) and torch.isfinite(grad).all() and grad[0, 1] == 0
+    assert torch.isfinite(metrics["vf_clipfrac"])
+
+
 def test_value_loss_without_clipping_is_half_mse_over_valid_tokens():
     v, r = t(1.0, 2.0, 3.0).view(1, 3), t(0.0, 0.0, 100.0).view(1, 3)
     loss, _ = value_loss(v, v, r, torch.tensor([[1, 1, 0]]), None)

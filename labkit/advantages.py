@@ -111,6 +111,20 @@ def _grouped(
     return rewards.view(-1, num_generations)
 
 
+def _grouped_lengths(
+    lengths: torch.Tensor, num_generations: int, like: torch.Tensor
+) -> torch.Tensor:
+    """Validate response lengths (N,) >= 0 matching the (P, G) rewards ``like``; return (P, G)."""
+    lens = _grouped(lengths, num_generations, name="lengths")
+    if lens.shape != like.shape:
+        raise ValueError(
+            f"lengths must have {like.numel()} entries like the rewards, got {lengths.numel()}"
+        )
+    if (lens < 0).any():
+        raise ValueError("lengths must be >= 0")
+    return lens
+
+
 def _check_mask(mask: torch.Tensor, like: torch.Tensor, name: str = "mask") -> torch.Tensor:
     if mask.shape != like.shape:
         raise ValueError(f"{name} must have shape {tuple(like.shape)}, got {tuple(mask.shape)}")
@@ -284,13 +298,7 @@ def opo_advantages(
     group of one gives 0 (verl uses baseline 0, i.e. the raw reward). Negative lengths raise.
     """
     grouped = _grouped(rewards, num_generations)
-    lens = _grouped(lengths, num_generations, name="lengths")
-    if lens.shape != grouped.shape:
-        raise ValueError(
-            f"lengths must have shape {tuple(rewards.shape)}, got {tuple(lengths.shape)}"
-        )
-    if (lens < 0).any():
-        raise ValueError("lengths must be >= 0")
+    lens = _grouped_lengths(lengths, num_generations, grouped)
     weights = lens.to(grouped.dtype).clamp(min=1)
     baseline = (weights * grouped).sum(-1, keepdim=True) / weights.sum(-1, keepdim=True)
     constant = grouped.amax(-1, keepdim=True) == grouped.amin(-1, keepdim=True)

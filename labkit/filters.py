@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from labkit.advantages import _grouped, group_advantages
+from labkit.advantages import _grouped, _grouped_lengths, group_advantages
 
 __all__ = [
     "adaptive_num_remains",
@@ -92,13 +92,7 @@ def gfpo_filter(
     if metric not in _GFPO_METRICS:
         raise ValueError(f"metric must be one of {_GFPO_METRICS}, got {metric!r}")
     grouped = _grouped(rewards, num_generations)
-    lens = _grouped(lengths, num_generations, name="lengths")
-    if lens.shape != grouped.shape:
-        raise ValueError(
-            f"lengths must have shape {tuple(rewards.shape)}, got {tuple(lengths.shape)}"
-        )
-    if (lens < 0).any():
-        raise ValueError("lengths must be >= 0")
+    lens = _grouped_lengths(lengths, num_generations, grouped)
     num_prompts, g = grouped.shape
     k = torch.as_tensor(num_remains_in_group, device=grouped.device)
     if k.is_floating_point() or k.dim() > 1 or (k.dim() == 1 and k.shape[0] != num_prompts):

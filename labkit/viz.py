@@ -1,0 +1,744 @@
+"""Static figures of the lab's key ideas, each drawn by the labkit functions that training uses.
+
+Every number on these pictures comes from the same code the trainer runs: the clip region from
+:func:`labkit.losses.clipped_surrogate` with its gradient from torch autograd, the advantages from
+:mod:`labkit.advantages`, the aggregation weights from autograd through
+:func:`labkit.losses.aggregate`, and so on. Nothing is re-derived here, so a picture can never
+disagree with a training run.
+
+=============================  =================================================================
+function                       what it draws
+=============================  =================================================================
+``plot_clip_region``           PPO objective and gradient against the ratio; zero-gradient zones
+``clip_cases_table``           the four sign cases of (A, ratio outside the band), as a table
+``plot_gae``                   a toy token sequence: rewards, values, GAE advantages and returns
+``plot_group_advantages``      one group's rewards and six advantage estimators side by side
+``group_advantages_table``     the same numbers as a table
+``plot_kl_estimators``         k1/k2/k3 and their gradients; bias and spread from samples
+``plot_aggregation_weights``   per-token gradient weight against length for each ``loss_type``
+``aggregation_weights``        the same weights as a table
+``plot_overlong_penalty``      DAPO's soft overlong penalty and a batch's lengths on it
+``plot_ratio_spread``          token vs GSPO sequence ratio spread against response length
+``ratio_spread``               the same simulation as a table
+``plot_gfpo_filter``           a group's lengths and rewards, GFPO's kept set, its advantages
+``plot_runs``, ``load_run``    training curves from logged runs, with the regenerating command
+=============================  =================================================================
+
+Each ``plot_*`` function returns a :class:`matplotlib.figure.Figure`. Figures are created with
+the object-oriented API (not ``pyplot``), so they are never shown twice in a notebook and need no
+closing; pass ``axes=`` to draw into axes of your own instead. The interactive versions are in
+:mod:`labkit.widgets`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from labkit.advantages import (
+    batch_normalize,
+    gae,
+    group_advantages,
+    opo_advantages,
+    remax_advantages,
+    rloo_advantages,
+)
+from labkit.filters import gfpo_advantages, gfpo_filter
+from labkit.losses import (
+    aggregate,
+    clipped_surrogate,
+    kl_estimate,
+    no_clip_surrogate,
+    sequence_log_ratio,
+    token_log_ratio,
+)
+from labkit.shaping import overlong_penalty
+
+__all__ = [
+    "aggregation_weights",
+    "clip_cases_table",
+    "group_advantages_table",
+    "load_run",
+    "plot_aggregation_weights",
+    "plot_clip_region",
+    "plot_gae",
+    "plot_gfpo_filter",
+    "plot_group_advantages",
+    "plot_kl_estimators",
+    "plot_overlong_penalty",
+    "plot_ratio_spread",
+    "plot_runs",
+    "ratio_spread",
+]
+
+RATIO_LABEL = r"probability ratio $r = \pi_\theta / \pi_{old}$"
+LENGTH_LABEL = "response length (tokens)"
+_DTYPE = torch.float64
+_ZERO_SHADE = {"color": "0.85", "alpha": 0.6, "lw": 0, "zorder": 0}
+_AGG_LABELS = {
+    "grpo": r"grpo: $1/(B|o_i|)$",
+    "bnpo": r"bnpo / dapo: $1/\sum_j|o_j|$",
+    "dapo": r"dapo: $1/\sum_j|o_j|$",
+    "dr_grpo": r"dr_grpo: $1/(B L_{max})$",
+    "sequence_sum": r"sequence_sum: $1/B$",
+}
+
+
+def _panels(axes, n: int, ncols: int | None = None, width: float = 4.0, height: float = 3.0,
+            sharex: bool = False) -> tuple[Figure, list[Axes]]:
+    """A new constrained-layout figure with ``n`` panels, or the caller's ``n`` axes."""
+    if axes is None:
+        ncols = n if ncols is None else ncols
+        nrows = -(-n // ncols)
+        fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
+        grid = fig.subplots(nrows, ncols, squeeze=False, sharex=sharex)
+        return fig, list(grid.ravel())
+    given = [axes] if isinstance(axes, Axes) else list(np.ravel(axes))
+    if len(given) != n:
+        raise ValueError(f"this figure needs {n} axes, got {len(given)}")
+    return given[0].figure, given
+
+
+def _tensor(values, name: str) -> torch.Tensor:
+    t = torch.as_tensor(values, dtype=_DTYPE).reshape(-1)
+    if t.numel() == 0:
+        raise ValueError(f"{name} must not be empty")
+    return t
+
+
+def _shade(ax: Axes, x: np.ndarray, flags: np.ndarray, label: str) -> None:
+    """Shade each contiguous run of ``flags`` (one legend entry for all runs)."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], flags.astype(int), [0]])))
+    for start, stop in zip(edges[::2], edges[1::2]):
+        ax.axvspan(x[start], x[stop - 1], label=label, **_ZERO_SHADE)
+        label = "_nolegend_"
+
+
+def _grouped_bars(ax: Axes, columns: Mapping[str, np.ndarray], width: float = 0.8) -> None:
+    """Side-by-side bars, one series per column, one group per position."""
+    step = width / len(columns)
+    for k, (label, y) in enumerate(columns.items()):
+        x = np.arange(len(y)) + (k - (len(columns) - 1) / 2) * step
+        ax.bar(x, y, step, label=label)
+    ax.axhline(0, color="0.3", lw=0.8)
+
+
+# --------------------------------------------------------------------------------------------
+# 1. the clip region
+# --------------------------------------------------------------------------------------------
+
+
+def _clip_curves(ratio: torch.Tensor, advantage: float, **clip) -> tuple[np.ndarray, np.ndarray]:
+    """Objective J = -clipped_surrogate and its gradient dJ/dr (autograd) on a grid of ratios."""
+    r = ratio.clone().requires_grad_(True)
+    objective = -clipped_surrogate(torch.log(r), torch.full_like(r, advantage), **clip)
+    (grad,) = torch.autograd.grad(objective.sum(), r)
+    return objective.detach().numpy(), grad.numpy()
+
+
+def plot_clip_region(epsilon_low: float = 0.2, epsilon_high: float | None = 0.2,
+                     dual_clip: float | None = None, advantage: float | str = 1.0,
+                     delta: float | None = None, ratio_max: float | None = None,
+                     axes=None) -> Figure:
+    r"""PPO's clipped objective and its gradient against the probability ratio.
+
+    Top row: the per-token objective :math:`J = -\ell` from
+    :func:`labkit.losses.clipped_surrogate` (the quantity PPO/GRPO maximise), with the unclipped
+    :math:`rA` dashed. Bottom row: :math:`dJ/dr` from autograd. Grey bands mark where the gradient is
+    exactly zero; dotted lines mark the clip bounds :math:`1-\varepsilon_{low}`,
+    :math:`1+\varepsilon_{high}` (and the dual-clip :math:`c`).
+
+    What to see: for A > 0 the gradient vanishes above :math:`1+\varepsilon_{high}` (the token was
+    already made likelier enough) but not below :math:`1-\varepsilon_{low}`; for A < 0 it vanishes
+    below :math:`1-\varepsilon_{low}` and stays on above :math:`1+\varepsilon_{high}`, growing without
+    bound unless dual-clip caps the loss beyond :math:`c`. Clip-higher (``epsilon_high=0.28``) widens
+    only the upper band.
+
+    Args:
+        epsilon_low, epsilon_high, dual_clip, delta: as in ``clipped_surrogate`` (TRL names).
+        advantage: the token's advantage A, or ``"both"`` for A = +1 and A = -1 side by side.
+        ratio_max: right end of the ratio axis (default: past every bound).
+        axes: 2 axes (4 for ``"both"``, column by column: objective, gradient) to draw into.
+
+    Returns:
+        the figure (2 panels, or 4 for ``"both"``).
+    """
+    advantages = (1.0, -1.0) if advantage == "both" else (float(advantage),)
+    epsilon_high = epsilon_low if epsilon_high is None else epsilon_high
+    clip = {"epsilon_low": epsilon_low, "epsilon_high": epsilon_high, "delta": delta,
+            "dual_clip": dual_clip}
+    if ratio_max is None:
+        ends = [2.0, 1 + epsilon_high + 0.6] + [c + 0.6 for c in (dual_clip, delta) if c]
+        ratio_max = max(e for e in ends if np.isfinite(e))
+    ratio = torch.linspace(0.01, ratio_max, 800, dtype=_DTYPE)
+    x = ratio.numpy()
+    fig, flat = _panels(axes, 2 * len(advantages), ncols=len(advantages), sharex=axes is None)
+    grid = np.array(flat).reshape(2, len(advantages)) if axes is None else np.array(
+        flat).reshape(len(advantages), 2).T
+    bounds = [(1 - epsilon_low, r"$1-\varepsilon_{low}$"), (1 + epsilon_high, r"$1+\varepsilon_{high}$")]
+    for col, a in enumerate(advantages):
+        objective, grad = _clip_curves(ratio, a, **clip)
+        unclipped = -no_clip_surrogate(torch.log(ratio), torch.tensor(a, dtype=_DTYPE)).numpy()
+        zero = np.abs(grad) < 1e-12
+        marks = bounds + ([(dual_clip, "dual-clip $c$")] if dual_clip and a < 0 else [])
+        for row, (ax, y) in enumerate(zip(grid[:, col], (objective, grad))):
+            _shade(ax, x, zero, "zero gradient")
+            if row == 0:
+                ax.plot(x, unclipped, "--", color="0.5", lw=1, label=r"unclipped $rA$")
+            ax.plot(x, y, color="C0" if a >= 0 else "C3", lw=2,
+                    label="objective $J=-\\ell$" if row == 0 else "$dJ/dr$ (autograd)")
+            for (b, text), style in zip(marks, (":", ":", "-.")):
+                if 0 < b < ratio_max:
+                    ax.axvline(b, color="k", ls=style, lw=1, label=text if row == 0 else None)
+            ax.set_xlim(0, ratio_max)
+            ax.legend(fontsize="x-small", loc="best")
+        grid[0, col].set(title=f"A = {a:+g}: clipped surrogate",
+                         ylabel="per-token objective $J$ (to maximise)")
+        grid[1, col].set(title=f"A = {a:+g}: gradient", xlabel=RATIO_LABEL,
+                         ylabel="gradient $dJ/dr$ $(= -d\\ell/dr)$")
+    return fig
+
+
+_CASE_MEANINGS = {
+    (True, "above", True): "good token already made likelier enough: clipped, no push",
+    (True, "below", False): "good token became less likely: keep pushing it up",
+    (False, "below", True): "bad token already made less likely enough: clipped, no push",
+    (False, "above", False): "bad token became likelier: keep pushing it down (unbounded)",
+    (False, "above", True): "bad token beyond the dual-clip bound c: loss capped, no push",
+}
+
+
+def clip_cases_table(epsilon_low: float = 0.2, epsilon_high: float | None = 0.2,
+                     dual_clip: float | None = None, below: float | None = None,
+                     above: float | None = None) -> pd.DataFrame:
+    r"""The four sign cases of (A, ratio outside the clip band), computed with autograd.
+
+    One row per case: A = +1 or -1, and a ratio ``below`` :math:`1-\varepsilon_{low}` or ``above``
+    :math:`1+\varepsilon_{high}` (defaults: 0.1 outside the band). Columns: the objective
+    :math:`J=-\ell` from :func:`labkit.losses.clipped_surrogate`, its gradient :math:`dJ/dr` from
+    autograd, whether that gradient is zero, and what it means.
+
+    Expected (methods-core section 1.2): zero for (A > 0, above) and (A < 0, below); non-zero for
+    (A > 0, below) and (A < 0, above), the latter also zero with ``dual_clip`` below the ratio.
+    """
+    epsilon_high = epsilon_low if epsilon_high is None else epsilon_high
+    low, high = 1 - epsilon_low, 1 + epsilon_high
+    below = max(low - 0.1, low / 2) if below is None else below
+    above = high + 0.1 if above is None else above
+    if not 0 < below < low:
+        raise ValueError(f"below must lie in (0, 1 - epsilon_low = {low:g}), got {below}")
+    if not (np.isfinite(above) and above > high):
+        raise ValueError(f"above must be finite and > 1 + epsilon_high = {high:g}, got {above}")
+    rows = []
+    for a in (1.0, -1.0):
+        for side, r in (("above", above), ("below", below)):
+            objective, grad = _clip_curves(torch.tensor([r], dtype=_DTYPE), a,
+                                           epsilon_low=epsilon_low, epsilon_high=epsilon_high,
+                                           dual_clip=dual_clip)
+            zero = bool(abs(grad[0]) < 1e-12)
+            rows.append({"advantage": a, "ratio": r,
+                         "where": f"{side} 1{'+' if side == 'above' else '-'}eps",
+                         "objective J": float(objective[0]), "gradient dJ/dr": float(grad[0]),
+                         "zero gradient": zero, "meaning": _CASE_MEANINGS[(a > 0, side, zero)]})
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------------------------
+# 2. GAE
+# --------------------------------------------------------------------------------------------
+
+
+def plot_gae(rewards=None, values=None, gamma: float = 1.0, lam: float = 0.95,
+             axes=None) -> Figure:
+    r"""GAE on one toy response: rewards and values above, advantages and returns below.
+
+    Calls :func:`labkit.advantages.gae` (and again with ``lam=0`` for the TD errors
+    :math:`\delta_t`). Default: 8 tokens, reward 1 on the last token only (an outcome reward), and
+    a critic whose value rises towards the end.
+
+    What to see: with :math:`\lambda = 1` every advantage is the final reward minus the value
+    (high variance, no bias from the critic); with :math:`\lambda = 0` it is the one-step TD error
+    (low variance, trusts the critic); :math:`\gamma < 1` shrinks the credit reaching early tokens.
+    Returns :math:`\hat R_t = \hat A_t + V_t` are the critic's regression targets.
+
+    Returns:
+        the figure (2 panels).
+    """
+    r = _tensor([0.0] * 7 + [1.0] if rewards is None else rewards, "rewards")
+    v = torch.linspace(0.3, 0.8, r.numel(), dtype=_DTYPE) if values is None else _tensor(
+        values, "values")
+    if v.shape != r.shape:
+        raise ValueError(f"values need one entry per reward: {r.numel()}, got {v.numel()}")
+    mask = torch.ones(1, r.numel(), dtype=torch.bool)
+    adv, ret = (t[0].numpy() for t in gae(r[None], v[None], mask, gamma, lam))
+    td_error = gae(r[None], v[None], mask, gamma, 0.0)[0][0].numpy()
+    t = np.arange(r.numel())
+    fig, (top, bottom) = _panels(axes, 2, ncols=1, width=5.5, height=2.6, sharex=axes is None)
+    top.bar(t, r.numpy(), 0.6, color="C2", label="reward $r_t$")
+    top.plot(t, v.numpy(), "o-", color="C1", label="critic value $V(s_t)$")
+    top.set(title="toy response: rewards and values", ylabel="reward / value")
+    _grouped_bars(bottom, {r"advantage $\hat A_t$": adv, r"return $\hat R_t = \hat A_t + V_t$": ret})
+    bottom.plot(t, td_error, "k_", ms=14, mew=2, label=r"TD error $\delta_t$ ($\lambda=0$)")
+    bottom.set(title=f"GAE with $\\gamma$ = {gamma:g}, $\\lambda$ = {lam:g}",
+               xlabel="response token position t", ylabel="advantage / return")
+    for ax in (top, bottom):
+        ax.set_xticks(t)
+        ax.legend(fontsize="x-small")
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# 3. group advantages
+# --------------------------------------------------------------------------------------------
+
+
+def group_advantages_table(rewards=(1, 0, 0, 1, 0, 0, 0, 1), lengths=None, greedy_reward=None,
+                           num_generations: int | None = None) -> pd.DataFrame:
+    r"""Advantages of one batch of groups under each estimator of :mod:`labkit.advantages`.
+
+    Columns: ``reward`` (and ``length``), then ``GRPO`` (group std), ``Dr. GRPO`` (no std),
+    ``RLOO``, ``OPO`` (only with ``lengths``), ``ReMax`` (only with ``greedy_reward``: one float,
+    or one per prompt) and ``batch-scaled`` (group mean, one std for the whole batch:
+    ``batch_normalize`` of Dr. GRPO's advantages). ``num_generations`` defaults to one group.
+    """
+    r = _tensor(rewards, "rewards")
+    g = r.numel() if num_generations is None else num_generations
+    table = {"reward": r.numpy()}
+    if lengths is not None:
+        table["length"] = _tensor(lengths, "lengths").numpy()
+    table["GRPO"] = group_advantages(r, g).numpy()
+    table["Dr. GRPO"] = group_advantages(r, g, "none").numpy()
+    table["RLOO"] = rloo_advantages(r, g).numpy()
+    if lengths is not None:
+        table["OPO"] = opo_advantages(r, _tensor(lengths, "lengths"), g).numpy()
+    if greedy_reward is not None:
+        greedy = _tensor(greedy_reward, "greedy_reward")
+        if greedy.numel() == 1:
+            greedy = greedy.repeat(r.numel() // g)
+        table["ReMax"] = remax_advantages(r, greedy, g).numpy()
+    table["batch-scaled"] = batch_normalize(group_advantages(r, g, "none")).numpy()
+    return pd.DataFrame(table)
+
+
+def plot_group_advantages(rewards=(1, 0, 0, 1, 0, 0, 0, 1), lengths=None, greedy_reward=None,
+                          num_generations: int | None = None, axes=None) -> Figure:
+    r"""One group's rewards (left) and its advantages under each estimator (right, grouped bars).
+
+    All numbers come from :func:`group_advantages_table`, i.e. from :mod:`labkit.advantages`.
+    OPO appears when ``lengths`` are given, ReMax when ``greedy_reward`` is.
+
+    What to see: every estimator centres the rewards (advantages of a group sum to zero, except
+    ReMax, whose baseline is the greedy answer's reward); GRPO divides by the group's std, so a
+    group with one right answer in eight gives it a large advantage, while Dr. GRPO keeps the raw
+    scale; RLOO is Dr. GRPO times G/(G-1); OPO's baseline leans towards the long responses'
+    rewards. A group whose rewards are all equal gets all-zero advantages: no gradient.
+
+    Returns:
+        the figure (2 panels).
+    """
+    table = group_advantages_table(rewards, lengths, greedy_reward, num_generations)
+    i = np.arange(len(table))
+    fig, (left, right) = _panels(axes, 2, width=4.5)
+    left.bar(i, table["reward"], 0.6, color="C2")
+    if "length" in table:
+        for x, (rew, length) in enumerate(zip(table["reward"], table["length"])):
+            left.annotate(f"{length:g}", (x, rew), ha="center", va="bottom", fontsize="x-small")
+    left.set(title="rewards" + (" (labels: length in tokens)" if "length" in table else ""),
+             xlabel="completion i", ylabel="reward $r_i$", xticks=i)
+    _grouped_bars(right, {k: table[k].to_numpy() for k in table if k not in ("reward", "length")})
+    right.set(title="advantages by estimator", xlabel="completion i", ylabel=r"advantage $\hat A_i$",
+              xticks=i)
+    right.legend(fontsize="x-small")
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# 4. KL estimators
+# --------------------------------------------------------------------------------------------
+
+
+def plot_kl_estimators(log_ratio_max: float = 2.0, shift: float = 1.0, n_samples: int = 1000,
+                       vocab_size: int = 8, seed: int = 0, axes=None) -> Figure:
+    r"""Schulman's k1, k2, k3 (:func:`labkit.losses.kl_estimate`): curves, gradients, bias, spread.
+
+    Top: each estimator's value and its gradient w.r.t. :math:`\log\pi(y)` (autograd, as when the
+    KL is in the loss) against :math:`d = \log(\pi_{ref}(y)/\pi(y))`. Bottom: a categorical
+    :math:`\pi` over ``vocab_size`` tokens and a nearby :math:`\pi_{ref}` (logits moved by ``shift``
+    times Gaussian noise, seeded), ``n_samples`` tokens drawn from :math:`\pi`: the bias of the
+    sample mean and the per-sample standard deviation, relative to the true
+    :math:`\mathrm{KL}(\pi\|\pi_{ref})`. Bars are the sampled values (with +-2 standard errors),
+    crosses the exact expectation over the vocabulary.
+
+    What to see: k1 goes negative and has the largest spread; k2 is always >= 0 but biased; k3 is
+    >= 0, unbiased and low-variance, which is why GRPO uses it. As a loss, k1's gradient is a
+    constant (zero in expectation: no regularisation).
+
+    Returns:
+        the figure (4 panels).
+    """
+    kinds = ("k1", "k2", "k3")
+    d = torch.linspace(-log_ratio_max, log_ratio_max, 400, dtype=_DTYPE)
+    fig, (vals, grads, bias_ax, std_ax) = _panels(axes, 4, ncols=2)
+    for k, kind in enumerate(kinds):
+        logp = torch.zeros_like(d, requires_grad=True)
+        est = kl_estimate(logp, d, kind)
+        (grad,) = torch.autograd.grad(est.sum(), logp)
+        vals.plot(d.numpy(), est.detach().numpy(), color=f"C{k}", label=kind)
+        grads.plot(d.numpy(), grad.numpy(), color=f"C{k}", label=kind)
+    for ax, what in ((vals, "estimate $k$"), (grads, r"gradient $dk/d\log\pi(y)$")):
+        ax.axhline(0, color="0.3", lw=0.8)
+        ax.set(xlabel=r"log-ratio $d = \log(\pi_{ref}(y)/\pi(y))$", ylabel=what)
+        ax.legend(fontsize="x-small")
+    vals.set_title("per-token KL estimators")
+    grads.set_title("their gradients in the loss (autograd)")
+
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(vocab_size, generator=gen, dtype=_DTYPE)
+    logp_all = torch.log_softmax(logits, -1)
+    ref_all = torch.log_softmax(logits + shift * torch.randn(vocab_size, generator=gen,
+                                                             dtype=_DTYPE), -1)
+    true_kl = float((logp_all.exp() * (logp_all - ref_all)).sum())
+    tokens = torch.multinomial(logp_all.exp(), n_samples, replacement=True, generator=gen)
+    x = np.arange(len(kinds))
+    for k, kind in enumerate(kinds):
+        sampled = kl_estimate(logp_all[tokens], ref_all[tokens], kind)
+        per_token = kl_estimate(logp_all, ref_all, kind)
+        exact_mean = float((logp_all.exp() * per_token).sum())
+        exact_std = float((logp_all.exp() * (per_token - exact_mean) ** 2).sum().sqrt())
+        std = float(sampled.std())
+        bias_ax.bar(k, (float(sampled.mean()) - true_kl) / true_kl, 0.6, color=f"C{k}",
+                    yerr=2 * std / n_samples**0.5 / true_kl, capsize=4)
+        std_ax.bar(k, std / true_kl, 0.6, color=f"C{k}")
+        bias_ax.plot(k, (exact_mean - true_kl) / true_kl, "kx", label="exact" if k == 0 else None)
+        std_ax.plot(k, exact_std / true_kl, "kx", label="exact" if k == 0 else None)
+    bias_ax.axhline(0, color="0.3", lw=0.8)
+    bias_ax.set(title=f"bias / KL from {n_samples} samples (KL = {true_kl:.3f})",
+                ylabel="(sample mean - KL) / KL", xticks=x, xticklabels=kinds, xlabel="estimator")
+    std_ax.set(title="spread / KL", ylabel="per-sample std / KL", xticks=x, xticklabels=kinds,
+               xlabel="estimator")
+    for ax in (bias_ax, std_ax):
+        ax.legend(fontsize="x-small")
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# 5. aggregation weights
+# --------------------------------------------------------------------------------------------
+
+
+def aggregation_weights(lengths=(8, 16, 32, 64, 128), max_completion_length: int | None = None,
+                        loss_types: Sequence[str] = ("grpo", "bnpo", "dr_grpo", "sequence_sum"),
+                        ) -> pd.DataFrame:
+    r"""Per-token gradient weight of each response under each ``loss_type``, by autograd.
+
+    For a batch of responses with the given lengths, the gradient of
+    :func:`labkit.losses.aggregate` with respect to every per-token loss :math:`\ell_{i,t}`: the
+    weight with which each of response i's tokens enters the update. ``max_completion_length``
+    (``dr_grpo``'s :math:`L_{max}`) defaults to the longest length. One row per response.
+    """
+    lens = torch.as_tensor(lengths, dtype=torch.long).reshape(-1)
+    if lens.numel() == 0 or (lens < 0).any():
+        raise ValueError(f"lengths must be a non-empty list of lengths >= 0, got {lengths}")
+    l_max = int(lens.max()) if max_completion_length is None else max_completion_length
+    mask = torch.arange(max(int(lens.max()), 1))[None, :] < lens[:, None]
+    table = {"length": lens.numpy()}
+    for loss_type in loss_types:
+        per_token = torch.zeros(mask.shape, dtype=_DTYPE, requires_grad=True)
+        loss = aggregate(per_token, mask, loss_type, max_completion_length=l_max)
+        (grad,) = torch.autograd.grad(loss, per_token)
+        table[loss_type] = grad[:, 0].numpy()
+    return pd.DataFrame(table)
+
+
+def plot_aggregation_weights(lengths=(8, 16, 32, 64, 128), max_completion_length: int | None = None,
+                             loss_types: Sequence[str] = ("grpo", "bnpo", "dr_grpo",
+                                                          "sequence_sum"),
+                             axes=None) -> Figure:
+    r"""How much each token of a response counts, against the response's length, per ``loss_type``.
+
+    Left: the per-token gradient weight :math:`\partial L/\partial\ell_{i,t}` from autograd through
+    :func:`labkit.losses.aggregate` (:func:`aggregation_weights`). Right: the whole response's
+    weight (per-token weight times length). Log scales.
+
+    What to see: ``grpo`` (sample-level mean) gives every *response* the same total weight, so
+    each token of a long response counts less: long wrong answers are punished less per token
+    (the length bias Dr. GRPO and DAPO point out). ``bnpo``/``dapo`` and ``dr_grpo`` give every
+    *token* the same weight (flat left line); ``sequence_sum`` is the plain REINFORCE sum.
+
+    Returns:
+        the figure (2 panels).
+    """
+    table = aggregation_weights(lengths, max_completion_length, loss_types)
+    shown = table[table["length"] > 0].sort_values("length")
+    fig, (per_token, per_response) = _panels(axes, 2, width=4.5)
+    for k, loss_type in enumerate(loss_types):
+        weight = shown[loss_type].to_numpy()
+        per_token.plot(shown["length"], weight, "o-", color=f"C{k}",
+                       label=_AGG_LABELS.get(loss_type, loss_type))
+        per_response.plot(shown["length"], weight * shown["length"], "o-", color=f"C{k}",
+                          label=loss_type)
+    empty = len(table) - len(shown)
+    per_token.set(title=f"per-token gradient weight (B = {len(table)}"
+                        + (f", {empty} empty, not drawn)" if empty else ")"),
+                  ylabel=r"weight $\partial L / \partial \ell_{i,t}$")
+    per_response.set(title="weight of the whole response", ylabel=r"weight $\times |o_i|$")
+    ticks = sorted(set(shown["length"].tolist()))
+    for ax in (per_token, per_response):
+        ax.set(xlabel=LENGTH_LABEL, xscale="log", yscale="log")
+        ax.set_xticks(ticks, labels=[str(n) for n in ticks])
+        ax.minorticks_off()
+        ax.legend(fontsize="x-small")
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# 6. overlong penalty
+# --------------------------------------------------------------------------------------------
+
+
+def plot_overlong_penalty(max_completion_length: int = 1024, overlong_buffer_len: int = 256,
+                          penalty_factor: float = 1.0, lengths=None, axes=None) -> Figure:
+    r"""DAPO's soft overlong penalty (:func:`labkit.shaping.overlong_penalty`) against length.
+
+    The curve is 0 up to :math:`L_{max}-L_{cache}`, falls linearly to :math:`-c` over the buffer
+    (shaded) and stays there. With ``lengths``, the batch's responses are drawn on the curve and
+    as a histogram below.
+
+    What to see: only responses inside the buffer are penalised, and more the closer they get to
+    the cap; a wider buffer warns earlier but more gently. Added to the task reward, the penalty
+    lowers long responses' advantages.
+
+    Returns:
+        the figure (1 panel, 2 with ``lengths``).
+    """
+    grid = torch.linspace(0, 1.1 * max_completion_length, 600, dtype=_DTYPE)
+    curve = overlong_penalty(grid, max_completion_length, overlong_buffer_len, penalty_factor)
+    n = 1 if lengths is None else 2
+    fig, panels = _panels(axes, n, ncols=1, width=5.5, height=2.8, sharex=axes is None)
+    ax = panels[0]
+    start = max_completion_length - overlong_buffer_len
+    ax.axvspan(start, max_completion_length, label="overlong buffer $L_{cache}$", **_ZERO_SHADE)
+    ax.axvline(max_completion_length, color="k", ls=":", lw=1,
+               label=f"$L_{{max}}$ = {max_completion_length}")
+    ax.plot(grid.numpy(), curve.numpy(), color="C3", lw=2, label="penalty")
+    ax.set(title=f"DAPO soft overlong penalty ($L_{{cache}}$ = {overlong_buffer_len}, "
+                 f"c = {penalty_factor:g})", ylabel="penalty added to the reward")
+    if lengths is not None:
+        lens = _tensor(lengths, "lengths")
+        pen = overlong_penalty(lens, max_completion_length, overlong_buffer_len, penalty_factor)
+        ax.plot(lens.numpy(), pen.numpy(), "o", color="C0", alpha=0.7,
+                label=f"batch ({int((pen < 0).sum())} of {lens.numel()} penalised)")
+        panels[1].hist(lens.numpy(), bins=30, color="C0", alpha=0.8)
+        panels[1].axvspan(start, max_completion_length, **_ZERO_SHADE)
+        panels[1].set(title="batch lengths", ylabel="responses")
+    panels[-1].set_xlabel(LENGTH_LABEL)
+    ax.legend(fontsize="x-small", loc="lower left")
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# 7. token vs sequence ratios
+# --------------------------------------------------------------------------------------------
+
+
+def _simulate_ratios(lengths, noise_std, n_sequences, seed):
+    """Token ratios and GSPO sequence ratios of simulated sequences, per length."""
+    lens = torch.as_tensor(lengths, dtype=torch.long).reshape(-1)
+    if lens.numel() == 0 or (lens < 1).any():
+        raise ValueError(f"lengths must be a non-empty list of lengths >= 1, got {lengths}")
+    if n_sequences < 2:
+        raise ValueError(f"n_sequences must be >= 2 to measure a spread, got {n_sequences}")
+    gen = torch.Generator().manual_seed(seed)
+    rows = lens.repeat_interleave(n_sequences)
+    mask = torch.arange(int(lens.max()))[None, :] < rows[:, None]
+    old_logp = -3 * torch.rand(mask.shape, generator=gen, dtype=_DTYPE)
+    logp = old_logp + noise_std * torch.randn(mask.shape, generator=gen, dtype=_DTYPE)
+    token = token_log_ratio(logp, old_logp, mask).exp()
+    sequence = sequence_log_ratio(logp, old_logp, mask).exp()
+    for length in lens.tolist():
+        rows_l = rows == length
+        yield length, token[rows_l][mask[rows_l]], sequence[rows_l]
+
+
+def _spread_table(sims) -> pd.DataFrame:
+    rows = [{"length": length, "token_ratio_std": float(tok.std()),
+             "sequence_ratio_std": float(seq.std())} for length, tok, seq in sims]
+    return pd.DataFrame(rows).sort_values("length", ignore_index=True)
+
+
+def ratio_spread(lengths=(4, 16, 64, 256), noise_std: float = 0.1, n_sequences: int = 256,
+                 seed: int = 0) -> pd.DataFrame:
+    r"""Spread of token ratios vs GSPO sequence ratios, simulated, one row per response length.
+
+    ``n_sequences`` responses of each length get independent per-token log-ratio noise
+    :math:`\log r_{i,t}\sim\mathcal N(0, \sigma^2)` (``noise_std`` = :math:`\sigma`, seeded).
+    Columns ``token_ratio_std`` (std over all tokens of :func:`labkit.losses.token_log_ratio`'s
+    ratio) and ``sequence_ratio_std`` (std over responses of
+    :func:`labkit.losses.sequence_log_ratio`'s ratio :math:`s_i`).
+    """
+    return _spread_table(_simulate_ratios(lengths, noise_std, n_sequences, seed))
+
+
+def plot_ratio_spread(lengths=(4, 16, 64, 256), noise_std: float = 0.1, n_sequences: int = 256,
+                      seed: int = 0, axes=None) -> Figure:
+    r"""Why GSPO's sequence ratio is steadier than the token ratios, against response length.
+
+    Left: standard deviation of the token ratios :math:`r_{i,t}` and of the sequence ratios
+    :math:`s_i = (\prod_t r_{i,t})^{1/|o_i|}` (:func:`ratio_spread`), with the reference slope
+    :math:`\sigma/\sqrt{|o_i|}` dashed. Right: both distributions at the longest length.
+
+    What to see: the token ratios spread the same at every length, so long responses carry many
+    tokens far from 1 (clipped, or noisy weights); the sequence ratio averages the noise away and
+    its spread shrinks like :math:`1/\sqrt{|o_i|}`, so a length-normalised clip band (GSPO's
+    :math:`\varepsilon` of 3e-4 to 4e-4) clips whole responses only when the policy really moved.
+
+    Returns:
+        the figure (2 panels).
+    """
+    sims = list(_simulate_ratios(lengths, noise_std, n_sequences, seed))
+    table = _spread_table(sims)
+    fig, (spread, hist) = _panels(axes, 2, width=4.5)
+    spread.plot(table["length"], table["token_ratio_std"], "o-", label=r"token ratio $r_{i,t}$")
+    spread.plot(table["length"], table["sequence_ratio_std"], "o-",
+                label=r"sequence ratio $s_i$ (GSPO)")
+    spread.plot(table["length"], noise_std / np.sqrt(table["length"]), "k--", lw=1,
+                label=r"$\sigma/\sqrt{|o_i|}$")
+    spread.set(title=f"ratio spread, log-ratio noise $\\sigma$ = {noise_std:g}",
+               xlabel=LENGTH_LABEL, ylabel="standard deviation of the ratio", xscale="log",
+               yscale="log")
+    length, tok, seq = max(sims, key=lambda s: s[0])
+    bins = np.linspace(float(tok.min()), float(tok.max()), 60)
+    hist.hist(tok.numpy(), bins=bins, density=True, alpha=0.6, label=r"token ratios $r_{i,t}$")
+    hist.hist(seq.numpy(), bins=bins, density=True, alpha=0.6, label=r"sequence ratios $s_i$")
+    hist.set(title=f"distribution at length {length}", xlabel=RATIO_LABEL, ylabel="density")
+    for ax in (spread, hist):
+        ax.legend(fontsize="x-small")
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# 8. GFPO
+# --------------------------------------------------------------------------------------------
+
+
+def plot_gfpo_filter(rewards=(1, 1, 0, 1, 0, 1, 1, 0),
+                     lengths=(120, 340, 410, 95, 150, 210, 380, 60),
+                     num_remains_in_group: int = 4, metric: str = "length",
+                     axes=None) -> Figure:
+    r"""GFPO on one group: which completions are kept, and the advantages they get.
+
+    Left: each sampled completion's length and reward; the ``num_remains_in_group`` kept by
+    :func:`labkit.filters.gfpo_filter` (shortest, or best reward per token for
+    ``metric="token_efficiency"``) are filled, the rejected ones hollow. Right: plain GRPO's
+    advantages (:func:`labkit.advantages.group_advantages` on all G) next to GFPO's
+    (:func:`labkit.filters.gfpo_advantages`: statistics of the kept set, 0 for the rest).
+
+    What to see: the long correct answers lose their positive advantage (rejected, so 0), the short
+    correct ones keep it, so training is pulled towards concise correct answers; long wrong answers
+    also stop being penalised, which is the price of filtering.
+
+    Returns:
+        the figure (2 panels).
+    """
+    r, lens = _tensor(rewards, "rewards"), _tensor(lengths, "lengths")
+    if lens.shape != r.shape:
+        raise ValueError(f"lengths need one entry per reward: {r.numel()}, got {lens.numel()}")
+    g = r.numel()
+    keep = gfpo_filter(r, lens, g, num_remains_in_group, metric)
+    grpo = group_advantages(r, g).numpy()
+    gfpo = gfpo_advantages(r, keep, g).numpy()
+    fig, (scatter, bars) = _panels(axes, 2, width=4.5)
+    k, length, reward = keep.numpy(), lens.numpy(), r.numpy()
+    scatter.scatter(length[k], reward[k], s=60, color="C0", label=f"kept ({int(k.sum())})")
+    scatter.scatter(length[~k], reward[~k], s=60, facecolors="none", edgecolors="C0",
+                    label=f"rejected ({int((~k).sum())})")
+    for i, (x, y) in enumerate(zip(length, reward)):
+        scatter.annotate(str(i), (x, y), textcoords="offset points", xytext=(5, 5),
+                         fontsize="x-small")
+    scatter.set(title=f"kept {int(k.sum())} of G = {g} by {metric}", xlabel=LENGTH_LABEL,
+                ylabel="reward")
+    _grouped_bars(bars, {"GRPO (all G)": grpo, "GFPO (kept set only)": gfpo})
+    bars.set(title="advantages", xlabel="completion i", ylabel=r"advantage $\hat A_i$",
+             xticks=np.arange(g))
+    for ax in (scatter, bars):
+        ax.legend(fontsize="x-small")
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# 9. training curves
+# --------------------------------------------------------------------------------------------
+
+
+def load_run(path) -> pd.DataFrame:
+    """Read a CSV training log; ``# key: value`` lines at its top go to ``df.attrs``.
+
+    The reference logs in ``data/runs/`` start with ``# command: <the command that regenerates
+    this log>``; it ends up in ``df.attrs["command"]`` and :func:`plot_runs` prints it under the
+    figure.
+    """
+    path = Path(path)
+    header: dict[str, str] = {}
+    skip = 0
+    with path.open() as f:
+        for line in f:
+            if not line.startswith("#"):
+                break
+            skip += 1
+            key, sep, value = line[1:].partition(":")
+            if sep:
+                header[key.strip()] = value.strip()
+    df = pd.read_csv(path, skiprows=skip)
+    df.attrs.update(header)
+    return df
+
+
+def plot_runs(runs: Mapping[str, pd.DataFrame],
+              metrics: Sequence[str] = ("reward", "accuracy", "completion_length"),
+              smooth: int = 1, x: str = "step", axes=None) -> Figure:
+    """Training curves of several runs, one panel per metric column.
+
+    ``runs`` maps a name to a history DataFrame (``TrainResult.history`` or :func:`load_run`).
+    With ``smooth`` > 1 a moving average over that many rows is drawn over the faint raw curve.
+    A run without a metric is skipped in that panel and named in its legend. When runs carry a
+    ``command`` in ``df.attrs`` (reference logs), the figure's footer says how to regenerate them.
+
+    What to see: compare runs on the same axes: reward and accuracy rising, completion length
+    growing or shrinking, entropy and clip fractions over training.
+
+    Returns:
+        the figure (one panel per metric).
+    """
+    if not metrics:
+        raise ValueError("metrics must name at least one column")
+    if smooth < 1:
+        raise ValueError(f"smooth must be >= 1 (rows in the moving average), got {smooth}")
+    fig, panels = _panels(axes, len(metrics), ncols=min(len(metrics), 3), width=4.2)
+    for ax, metric in zip(panels, metrics):
+        for k, (name, df) in enumerate(runs.items()):
+            if metric not in df:
+                ax.plot([], [], " ", label=f"{name}: no '{metric}' column")
+                continue
+            xs = df.get(x, df.index)
+            y = df[metric]
+            if smooth > 1:
+                ax.plot(xs, y, color=f"C{k}", alpha=0.25, lw=1)
+                y = y.rolling(smooth, min_periods=1).mean()
+            ax.plot(xs, y, color=f"C{k}", label=name)
+        ax.set(title=metric + (f" (moving average of {smooth})" if smooth > 1 else ""),
+               xlabel="training step" if x == "step" else x, ylabel=metric)
+        ax.legend(fontsize="x-small")
+    commands = {name: df.attrs["command"] for name, df in runs.items() if df.attrs.get("command")}
+    if len(set(commands.values())) == 1:
+        fig.supxlabel(f"regenerate: {next(iter(commands.values()))}", x=0.01, ha="left",
+                      fontsize="x-small")
+    elif commands:
+        fig.supxlabel("\n".join(f"regenerate {n}: {c}" for n, c in commands.items()), x=0.01,
+                      ha="left", fontsize="x-small")
+    return fig

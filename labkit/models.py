@@ -93,18 +93,18 @@ def tiny_qwen_config(vocab_size: int, **overrides):
     """
     from transformers import Qwen3Config
 
-    fields = dict(
-        vocab_size=vocab_size,
-        hidden_size=128,
-        intermediate_size=384,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        max_position_embeddings=512,
-        rope_theta=10000.0,
-        tie_word_embeddings=True,
-    )
+    fields = {
+        "vocab_size": vocab_size,
+        "hidden_size": 128,
+        "intermediate_size": 384,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "max_position_embeddings": 512,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": True,
+    }
     fields.update(overrides)
     return Qwen3Config(**fields)
 

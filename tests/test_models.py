@@ -92,7 +92,7 @@ def test_random_init_keeps_architecture_and_changes_weights():
 
 
 def test_missing_model_folder_error_names_the_fix(tmp_path, monkeypatch):
-    import labkit.models as models
+    from labkit import models
 
     monkeypatch.setattr(models, "TINY_MODEL_DIR", tmp_path / "missing")
     monkeypatch.setitem(models.ALIASES, "tiny", tmp_path / "missing")

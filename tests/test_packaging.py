@@ -2,8 +2,9 @@
 README's own commands."""
 
 import re
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,7 +30,7 @@ def test_environment_yml_matches_pyproject():
 def test_ci_runs_the_readme_commands():
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
-    block = re.search(r"```bash\n(.*?)```", readme, re.S).group(1)
+    block = re.search(r"```bash\n(.*?)```", readme, re.DOTALL).group(1)
     commands = [ln.strip() for ln in block.splitlines() if ln.strip() and not ln.startswith("#")]
     assert len(commands) == 2, f"the README's setup block should hold two commands: {commands}"
     install, test = commands

@@ -33,6 +33,7 @@ closing; pass ``axes=`` to draw into axes of your own instead. The interactive v
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -88,6 +89,31 @@ _AGG_LABELS = {
     "dr_grpo": r"dr_grpo: $1/(B L_{max})$",
     "sequence_sum": r"sequence_sum: $1/B$",
 }
+
+
+def _enable_notebook_display() -> None:
+    """Let a returned Figure show as a PNG in Jupyter even where ``pyplot`` was never used.
+
+    The inline backend registers this formatter only once a ``pyplot`` figure exists; these
+    figures are not ``pyplot``'s, so without it a cell ending in ``plot_gae()`` would print
+    ``<Figure ...>``. An already registered formatter (inline backend) is left alone.
+    """
+    try:
+        from IPython import get_ipython
+        from IPython.core.pylabtools import print_figure
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    png = shell.display_formatter.formatters["image/png"]
+    try:
+        png.lookup_by_type(Figure)
+    except KeyError:
+        png.for_type(Figure, partial(print_figure, fmt="png"))
+
+
+_enable_notebook_display()
 
 
 def _panels(axes, n: int, ncols: int | None = None, width: float = 4.0, height: float = 3.0,

@@ -1,0 +1,275 @@
+"""Self-checking notebook exercises: your function against labkit's reference, spinningup style.
+
+A notebook exercise gives a stub to fill in and one line to check it::
+
+    from functools import partial
+    from labkit.exercises import check_function, random_policy_batch
+    from labkit.losses import clipped_surrogate
+
+    def my_clipped_surrogate(log_ratio, advantages):
+        raise NotImplementedError  # your code here: the per-token PPO loss, epsilon = 0.2
+
+    check_function(my_clipped_surrogate, clipped_surrogate,
+                   partial(random_policy_batch, keys=("log_ratio", "advantages")))
+
+:func:`check_function` calls both functions on the same random inputs and compares the output's
+shape, then its values, then (through autograd) its gradient with respect to every floating input.
+It prints either ``Correct! ...`` or the first thing that differs, with where and by how much, and
+returns a bool. A wrong answer never raises; a learner function that itself raises is re-raised
+as :class:`LearnerError` with a hint (the original error is chained below it).
+
+Input makers take a ``torch.Generator`` and return the keyword arguments of one call:
+:func:`random_policy_batch` (an off-policy batch of responses of varied lengths) and
+:func:`random_group_rewards` (groups of sampled rewards).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["LearnerError", "check_function", "random_group_rewards", "random_policy_batch"]
+
+
+class LearnerError(RuntimeError):
+    """The learner's function raised an exception (chained as ``__cause__``) on a check input."""
+
+
+# --------------------------------------------------------------------------------------------
+# input makers
+# --------------------------------------------------------------------------------------------
+
+
+def _pick(values: Mapping[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    unknown = [k for k in keys if k not in values]
+    if unknown:
+        raise ValueError(f"unknown keys {unknown}; choose from {list(values)}")
+    return {k: values[k] for k in keys}
+
+
+def random_policy_batch(generator: torch.Generator, batch_size: int = 4, max_length: int = 7,
+                        ratio_std: float = 0.3,
+                        keys: Sequence[str] = ("log_ratio", "advantages", "mask"),
+                        ) -> dict[str, torch.Tensor]:
+    """An off-policy batch of ``batch_size`` responses of varied lengths (float64).
+
+    ======================  ======  ===========================================================
+    key                     shape   content
+    ======================  ======  ===========================================================
+    ``logp``                (B, T)  current log-probs of the sampled tokens (< 0)
+    ``old_logp``            (B, T)  behaviour log-probs: ``logp`` minus N(0, ratio_std) noise
+    ``log_ratio``           (B, T)  ``logp - old_logp``, so many ratios leave the 0.8-1.2 band
+    ``advantages``          (B, 1)  one advantage per response, N(0, 1)
+    ``mask``                (B, T)  bool response mask; lengths 1..T, the first row full
+    ======================  ======  ===========================================================
+
+    Padding positions hold random values like real ones, so a function that forgets the mask is
+    caught. ``keys`` chooses which entries to return (they become the keyword arguments).
+    """
+    shape = (batch_size, max_length)
+    logp = -3 * torch.rand(shape, generator=generator, dtype=torch.float64)
+    log_ratio = ratio_std * torch.randn(shape, generator=generator, dtype=torch.float64)
+    lengths = torch.randint(1, max_length + 1, (batch_size,), generator=generator)
+    lengths[0] = max_length
+    values = {
+        "logp": logp,
+        "old_logp": logp - log_ratio,
+        "log_ratio": log_ratio,
+        "advantages": torch.randn(batch_size, 1, generator=generator, dtype=torch.float64),
+        "mask": torch.arange(max_length)[None, :] < lengths[:, None],
+    }
+    return _pick(values, keys)
+
+
+def random_group_rewards(generator: torch.Generator, num_prompts: int = 3,
+                         num_generations: int = 4, binary: bool = True, max_length: int = 64,
+                         keys: Sequence[str] = ("rewards", "num_generations"),
+                         ) -> dict[str, Any]:
+    """Rewards of ``num_prompts`` groups of ``num_generations`` completions (groups consecutive).
+
+    ===================  =====  =============================================================
+    key                  shape  content
+    ===================  =====  =============================================================
+    ``rewards``          (N,)   float64; 0/1 when ``binary`` (some groups may be all equal,
+                                the edge case every estimator must handle), else N(0, 1)
+    ``num_generations``  int    G
+    ``lengths``          (N,)   response lengths in tokens, 1..``max_length`` (long)
+    ===================  =====  =============================================================
+    """
+    n = num_prompts * num_generations
+    if binary:
+        rewards = torch.randint(0, 2, (n,), generator=generator).to(torch.float64)
+    else:
+        rewards = torch.randn(n, generator=generator, dtype=torch.float64)
+    values = {
+        "rewards": rewards,
+        "num_generations": num_generations,
+        "lengths": torch.randint(1, max_length + 1, (n,), generator=generator),
+    }
+    return _pick(values, keys)
+
+
+# --------------------------------------------------------------------------------------------
+# the checker
+# --------------------------------------------------------------------------------------------
+
+
+def _copy(inputs: Mapping[str, Any], requires_grad: bool) -> dict[str, Any]:
+    """Independent copies, floating tensors as fresh leaves (with grad if asked)."""
+    copies = {}
+    for key, value in inputs.items():
+        if isinstance(value, torch.Tensor):
+            value = value.detach().clone()
+            if requires_grad and value.is_floating_point():
+                value.requires_grad_(True)
+        copies[key] = value
+    return copies
+
+
+def _leaves(out, path: str = "output") -> list[tuple[str, Any]]:
+    """(path, value) for each tensor or number in a (nested) tuple/list/dict output."""
+    if isinstance(out, (tuple, list)):
+        return [leaf for i, v in enumerate(out) for leaf in _leaves(v, f"{path}[{i}]")]
+    if isinstance(out, Mapping):
+        return [leaf for k, v in out.items() for leaf in _leaves(v, f"{path}[{k!r}]")]
+    return [(path, out)]
+
+
+def _describe(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    return f"a {type(value).__name__}"
+
+
+def _fmt(x: torch.Tensor) -> str:
+    return f"{x.item():.4g}" if x.is_floating_point() else str(x.item())
+
+
+def _inputs_at(inputs: Mapping[str, Any], index: tuple[int, ...], shape: torch.Size) -> str:
+    """The inputs at ``index`` of an output of ``shape`` (broadcast dims read at 0)."""
+    parts = []
+    for key, value in inputs.items():
+        if not isinstance(value, torch.Tensor):
+            parts.append(f"{key}={value!r}")
+        elif index and value.dim() == len(shape) and all(
+                s in (1, o) for s, o in zip(value.shape, shape)):
+            at = tuple(0 if s == 1 else i for s, i in zip(value.shape, index))
+            parts.append(f"{key}={_fmt(value.detach()[at])}")
+        else:
+            parts.append(f"{key}: shape {tuple(value.shape)}")
+    return ", ".join(parts)
+
+
+def _worst(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float):
+    """None if close everywhere, else (max abs error, index of the worst mismatch)."""
+    if got.dtype == torch.bool or expected.dtype == torch.bool:
+        got, expected = got.to(torch.int64), expected.to(torch.int64)
+    g, e = got.detach().to(torch.float64), expected.detach().to(torch.float64)
+    close = torch.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True)
+    if bool(close.all()):
+        return None
+    err = torch.nan_to_num((g - e).abs(), nan=torch.inf)
+    err = torch.where(close, -1.0, err)
+    flat = int(err.argmax())
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), e.shape))
+    return float(err.reshape(-1)[flat]), index
+
+
+def _compare_values(name: str, got, expected, inputs, atol: float, rtol: float) -> str | None:
+    got_leaves, exp_leaves = _leaves(got), _leaves(expected)
+    if len(got_leaves) != len(exp_leaves):
+        return (f"`{name}` returned {len(got_leaves)} value(s) but the reference returns "
+                f"{len(exp_leaves)}")
+    for (path, g), (_, e) in zip(got_leaves, exp_leaves):
+        where = "" if len(exp_leaves) == 1 else f" ({path})"
+        if isinstance(e, torch.Tensor) and not isinstance(g, torch.Tensor):
+            return f"`{name}` returned {_describe(g)}{where} but expected {_describe(e)}"
+        g, e = torch.as_tensor(g), torch.as_tensor(e)
+        if g.shape != e.shape:
+            return (f"`{name}` returned shape {tuple(g.shape)}{where} but expected "
+                    f"{tuple(e.shape)}")
+        worst = _worst(g, e, atol, rtol)
+        if worst is not None:
+            err, index = worst
+            return (f"values differ{where}: max abs error {err:.3g} at index {index} (got "
+                    f"{_fmt(g[index])}, expected {_fmt(e[index])}); inputs: "
+                    f"{_inputs_at(inputs, index, e.shape)}")
+    return None
+
+
+def _gradients(out, inputs: Mapping[str, Any], weights: list[torch.Tensor]):
+    """Gradient of sum(weight * output) w.r.t. each floating input tensor (zeros if unused)."""
+    wrt = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor) and v.requires_grad}
+    floats = [torch.as_tensor(v) for _, v in _leaves(out)]
+    terms = [(t * w).sum() for t, w in zip(floats, weights)
+             if t.is_floating_point() and t.requires_grad]
+    if not terms:
+        return {k: torch.zeros_like(v) for k, v in wrt.items()}
+    grads = torch.autograd.grad(sum(terms), list(wrt.values()), allow_unused=True)
+    return {k: torch.zeros_like(v) if g is None else g
+            for (k, v), g in zip(wrt.items(), grads)}
+
+
+def check_function(learner_fn: Callable, reference_fn: Callable,
+                   make_inputs: Callable[[torch.Generator], Mapping[str, Any]],
+                   n_trials: int = 5, atol: float = 1e-6, rtol: float = 1e-5,
+                   check_grad: bool = True, name: str | None = None, seed: int = 0) -> bool:
+    """Check a learner's function against the reference on ``n_trials`` random inputs.
+
+    Args:
+        learner_fn: the learner's function, called with the keyword arguments of ``make_inputs``.
+        reference_fn: labkit's implementation, called with the same arguments.
+        make_inputs: ``generator -> dict of keyword arguments``, e.g. :func:`random_policy_batch`.
+        n_trials: input draws (seeded ``seed``, ``seed + 1``, ...: the check is repeatable).
+        atol, rtol: tolerances for values and gradients (``torch.isclose``).
+        check_grad: also compare gradients w.r.t. every floating input tensor, through a
+            random weighting of the outputs (so a gradient that only sums right is caught).
+        name: how to call the function in messages (default: its ``__name__``).
+
+    Returns:
+        True if outputs (shape, values) and gradients match on every trial; otherwise prints the
+        first difference and returns False. A stub that raises ``NotImplementedError`` returns
+        False with a reminder. Any other exception from ``learner_fn`` is re-raised as
+        :class:`LearnerError` with a hint.
+    """
+    name = name or getattr(learner_fn, "__name__", "your function")
+    for trial in range(n_trials):
+        generator = torch.Generator().manual_seed(seed + trial)
+        inputs = dict(make_inputs(generator))
+        ref_inputs, learner_inputs = _copy(inputs, check_grad), _copy(inputs, check_grad)
+        expected = reference_fn(**ref_inputs)
+        try:
+            got = learner_fn(**learner_inputs)
+        except NotImplementedError:
+            print(f"Not implemented yet: replace the `raise NotImplementedError` in `{name}` "
+                  "with your code, run that cell again, then this one.")
+            return False
+        except Exception as err:
+            raise LearnerError(
+                f"`{name}` raised {type(err).__name__}: {err}\nHint: it is called with keyword "
+                f"arguments {_inputs_at(inputs, (), torch.Size())} and should return "
+                f"{_describe(expected)} like the reference; the traceback above shows the line."
+            ) from err
+        problem = _compare_values(name, got, expected, inputs, atol, rtol)
+        if problem is None and check_grad:
+            weights = [torch.randn(torch.as_tensor(e).shape, generator=generator,
+                                   dtype=torch.float64) for _, e in _leaves(expected)]
+            ref_grads = _gradients(expected, ref_inputs, weights)
+            learner_grads = _gradients(got, learner_inputs, weights)
+            for key, ref_grad in ref_grads.items():
+                worst = _worst(learner_grads[key], ref_grad, atol, rtol)
+                if worst is not None:
+                    err, index = worst
+                    problem = (f"values match but the gradient w.r.t. `{key}` differs: check "
+                               f"where you detach/clip (max abs error {err:.3g} at index "
+                               f"{index}: got {_fmt(learner_grads[key][index])}, expected "
+                               f"{_fmt(ref_grad[index])})")
+                    break
+        if problem is not None:
+            print(f"Not quite (trial {trial + 1} of {n_trials}): {problem}")
+            return False
+    checked = "values and gradients" if check_grad else "values"
+    print(f"Correct! `{name}` matches the reference on {n_trials} random inputs ({checked}).")
+    return True

@@ -1,0 +1,80 @@
+"""Reference runs: the longer training runs that the notebooks plot from committed logs.
+
+A laptop CPU can afford a short live run in a notebook, not hundreds of steps of several variants.
+So each comparison a notebook draws is described by a small JSON spec under ``data/runs/``::
+
+    {"preset": "dapo", "overrides": {"max_steps": 200, "seed": 0}, "about": "DAPO, all four ideas"}
+
+and this command trains it and writes the history next to the spec, as ``<spec>.csv``::
+
+    python -m labkit.reference_runs data/runs/04_dapo/dapo.json [more specs...]
+
+The CSV's first line is ``# command: ...``, the exact command that regenerates it;
+:func:`labkit.viz.load_run` reads it back with that command in ``df.attrs["command"]``, and the
+plots print it under the figure. The evaluation columns (``eval_*``) are merged into the history
+at the steps where an evaluation ran (step 0 is the model before training).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from labkit.config import preset
+from labkit.trainer import train
+
+
+def load_spec(path: str | Path) -> dict:
+    """Read a run spec: ``preset`` (required), ``overrides`` (TrainConfig fields), ``about``."""
+    spec = json.loads(Path(path).read_text())
+    if "preset" not in spec:
+        raise ValueError(f"{path}: a run spec needs a 'preset' key (e.g. \"grpo\")")
+    return spec
+
+
+def run_history(result) -> pd.DataFrame:
+    """The training history with the evaluation columns merged in at their steps."""
+    history = result.history
+    evals = result.eval_history
+    if evals is None or evals.empty:
+        return history
+    evals = evals.rename(columns={c: c if c.startswith("eval_") or c == "step" else f"eval_{c}"
+                                  for c in evals.columns})
+    return history.merge(evals, on="step", how="outer").sort_values("step", ignore_index=True)
+
+
+def run_spec(path: str | Path, *, threads: int | None = None) -> Path:
+    """Train the run a spec describes and write ``<spec>.csv``; returns the CSV's path."""
+    path = Path(path)
+    spec = load_spec(path)
+    if threads:
+        torch.set_num_threads(threads)
+    config = preset(spec["preset"], **{"progress": False, **spec.get("overrides", {})})
+    start = time.perf_counter()
+    result = train(config)
+    minutes = (time.perf_counter() - start) / 60
+    out = path.with_suffix(".csv")
+    with out.open("w") as f:
+        f.write(f"# command: python -m labkit.reference_runs {path.as_posix()}\n")
+        run_history(result).to_csv(f, index=False, float_format="%.6g")
+    print(f"{path}: {len(result.history)} steps in {minutes:.1f} min -> {out}")
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Train reference runs from JSON specs and write "
+                                             "their histories as CSV next to the specs.")
+    ap.add_argument("specs", nargs="+", type=Path)
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    args = ap.parse_args(argv)
+    for spec in args.specs:
+        run_spec(spec, threads=args.threads)
+
+
+if __name__ == "__main__":
+    main()

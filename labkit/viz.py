@@ -269,7 +269,7 @@ def clip_cases_table(epsilon_low: float = 0.2, epsilon_high: float | None = 0.2,
                                            dual_clip=dual_clip)
             zero = bool(abs(grad[0]) < 1e-12)
             rows.append({"advantage": a, "ratio": r,
-                         "where": f"{side} 1{'+' if side == 'above' else '-'}eps",
+                         "region": f"{side} 1{'+eps_high' if side == 'above' else '-eps_low'}",
                          "objective J": float(objective[0]), "gradient dJ/dr": float(grad[0]),
                          "zero gradient": zero, "meaning": _CASE_MEANINGS[(a > 0, side, zero)]})
     return pd.DataFrame(rows)
@@ -578,8 +578,10 @@ def _simulate_ratios(lengths, noise_std, n_sequences, seed):
     lens = torch.as_tensor(lengths, dtype=torch.long).reshape(-1)
     if lens.numel() == 0 or (lens < 1).any():
         raise ValueError(f"lengths must be a non-empty list of lengths >= 1, got {lengths}")
-    if n_sequences < 2:
-        raise ValueError(f"n_sequences must be >= 2 to measure a spread, got {n_sequences}")
+    if n_sequences < 2 or not noise_std > 0:
+        raise ValueError(
+            f"need n_sequences >= 2 and noise_std > 0 to see a spread, got {n_sequences}, {noise_std}"
+        )
     gen = torch.Generator().manual_seed(seed)
     rows = lens.repeat_interleave(n_sequences)
     mask = torch.arange(int(lens.max()))[None, :] < rows[:, None]
@@ -639,7 +641,7 @@ def plot_ratio_spread(lengths=(4, 16, 64, 256), noise_std: float = 0.1, n_sequen
                xlabel=LENGTH_LABEL, ylabel="standard deviation of the ratio", xscale="log",
                yscale="log")
     length, tok, seq = max(sims, key=lambda s: s[0])
-    bins = np.linspace(float(tok.min()), float(tok.max()), 60)
+    bins = np.histogram_bin_edges(tok.numpy(), bins=60)
     hist.hist(tok.numpy(), bins=bins, density=True, alpha=0.6, label=r"token ratios $r_{i,t}$")
     hist.hist(seq.numpy(), bins=bins, density=True, alpha=0.6, label=r"sequence ratios $s_i$")
     hist.set(title=f"distribution at length {length}", xlabel=RATIO_LABEL, ylabel="density")

@@ -1,0 +1,316 @@
+"""Figures (labkit.viz) and their widgets (labkit.widgets): headless, fast, drawn from labkit."""
+
+import math
+import sys
+
+import ipywidgets
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from matplotlib.figure import Figure
+
+from labkit import viz, widgets
+from labkit.advantages import group_advantages, rloo_advantages
+from labkit.filters import gfpo_advantages, gfpo_filter
+from labkit.shaping import overlong_penalty
+
+matplotlib.use("Agg")
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_figures():
+    """labkit's figures are not pyplot's: nothing may pile up in pyplot's figure manager."""
+    yield
+    assert plt.get_fignums() == []
+
+
+def check_figure(fig, n_axes: int) -> None:
+    """A Figure with ``n_axes`` panels, each titled and labelled (x label on its column)."""
+    try:
+        assert isinstance(fig, Figure)
+        assert len(fig.axes) == n_axes
+        for ax in fig.axes:
+            assert ax.get_title(), "every panel has a title"
+            assert ax.get_ylabel(), f"panel {ax.get_title()!r} has a y label"
+            siblings = ax.get_shared_x_axes().get_siblings(ax)
+            assert any(a.get_xlabel() for a in siblings), f"{ax.get_title()!r}: no x label"
+    finally:
+        plt.close(fig)
+
+
+def lines_by_label(ax) -> dict:
+    return {line.get_label(): line for line in ax.get_lines()}
+
+
+CASES = [
+    (viz.plot_clip_region, {}, 2),
+    (viz.plot_clip_region, {"epsilon_high": 0.28, "dual_clip": 3.0, "advantage": "both"}, 4),
+    (viz.plot_clip_region, {"epsilon_low": 1.5, "epsilon_high": math.inf}, 2),
+    (viz.plot_clip_region, {"advantage": 0.0, "delta": 1.5}, 2),
+    (viz.plot_gae, {}, 2),
+    (viz.plot_gae, {"rewards": [1.0], "values": [0.0], "gamma": 0.5, "lam": 0.0}, 2),
+    (viz.plot_group_advantages, {}, 2),
+    (viz.plot_group_advantages, {"rewards": [1, 1, 1, 1]}, 2),
+    (viz.plot_group_advantages,
+     {"rewards": [1, 0, 0.5, 1, 0, 0], "lengths": [5, 9, 7, 3, 1, 0], "greedy_reward": [1, 0],
+      "num_generations": 3}, 2),
+    (viz.plot_kl_estimators, {}, 4),
+    (viz.plot_kl_estimators, {"shift": 0.01, "n_samples": 2, "vocab_size": 2}, 4),
+    (viz.plot_aggregation_weights, {}, 2),
+    (viz.plot_aggregation_weights, {"lengths": [0, 1, 1], "max_completion_length": 4}, 2),
+    (viz.plot_overlong_penalty, {}, 1),
+    (viz.plot_overlong_penalty, {"overlong_buffer_len": 0, "lengths": [0, 1024, 2000]}, 2),
+    (viz.plot_ratio_spread, {}, 2),
+    (viz.plot_ratio_spread, {"lengths": [1], "n_sequences": 2, "noise_std": 1e-3}, 2),
+    (viz.plot_gfpo_filter, {}, 2),
+    (viz.plot_gfpo_filter, {"num_remains_in_group": 8, "metric": "token_efficiency"}, 2),
+    (viz.plot_gfpo_filter, {"rewards": [0, 0], "lengths": [0, 3], "num_remains_in_group": 1}, 2),
+]
+
+
+@pytest.mark.parametrize(("fn", "kwargs", "n_axes"), CASES,
+                         ids=[f"{fn.__name__}-{i}" for i, (fn, _, _) in enumerate(CASES)])
+def test_figure_runs_headless(fn, kwargs, n_axes):
+    check_figure(fn(**kwargs), n_axes)
+
+
+def test_draws_into_given_axes_and_checks_their_number():
+    fig = Figure()
+    axes = fig.subplots(2, 1)
+    try:
+        assert viz.plot_gae(axes=axes) is fig
+        with pytest.raises(ValueError, match="needs 2 axes"):
+            viz.plot_gae(axes=axes[0])
+    finally:
+        plt.close(fig)
+
+
+def test_bad_inputs_get_labkit_errors():
+    with pytest.raises(ValueError, match="values need one entry per reward"):
+        viz.plot_gae([0, 1], [0.5])
+    with pytest.raises(ValueError, match="num_remains_in_group"):
+        viz.plot_gfpo_filter(num_remains_in_group=9)
+    with pytest.raises(ValueError, match="must not be empty"):
+        viz.plot_group_advantages([])
+
+
+# --------------------------------------------------------------------------------------------
+# the numbers drawn are labkit's
+# --------------------------------------------------------------------------------------------
+
+
+def test_clip_cases_table_has_the_four_known_sign_cases():
+    table = viz.clip_cases_table(epsilon_low=0.2, epsilon_high=0.28)
+    zero = {(row["advantage"] > 0, row["region"].split()[0]): row["zero gradient"]
+            for _, row in table.iterrows()}
+    assert zero == {(True, "above"): True, (True, "below"): False,
+                    (False, "below"): True, (False, "above"): False}
+    # Unclipped: J = r A, so dJ/dr = A; clipped: a constant.
+    moving = table[~table["zero gradient"]]
+    np.testing.assert_allclose(moving["gradient dJ/dr"], moving["advantage"])
+    clipped = table[table["zero gradient"]]
+    np.testing.assert_allclose(clipped["objective J"], [1.28, -0.8])
+
+
+def test_clip_cases_with_dual_clip_stop_the_bad_token_beyond_c():
+    table = viz.clip_cases_table(dual_clip=1.25, above=1.3)
+    row = table[(table["advantage"] < 0) & table["region"].str.startswith("above")].iloc[0]
+    assert row["zero gradient"] and "dual-clip" in row["meaning"]
+    with pytest.raises(ValueError, match="above must be"):
+        viz.clip_cases_table(above=1.1)
+
+
+def test_clip_region_gradient_curve_is_zero_exactly_in_the_clipped_zone():
+    fig = viz.plot_clip_region(epsilon_low=0.2, epsilon_high=0.28, advantage=1.0)
+    try:
+        grad_ax = next(ax for ax in fig.axes if "gradient" in ax.get_title())
+        line = lines_by_label(grad_ax)["$dJ/dr$ (autograd)"]
+        r, g = line.get_xdata(), line.get_ydata()
+        assert np.all(g[r > 1.28 + 1e-9] == 0) and np.allclose(g[r < 1.28 - 1e-9], 1.0)
+    finally:
+        plt.close(fig)
+
+
+def test_aggregation_weights_equal_the_formula():
+    lengths, l_max = [3, 5, 8, 13, 0], 20
+    batch, total = len(lengths), sum(lengths)
+    table = viz.aggregation_weights(lengths, l_max)
+    valid = np.array(lengths) > 0
+    expected = {
+        "grpo": [1 / (batch * n) if n else 0.0 for n in lengths],
+        "bnpo": [1 / total] * batch,
+        "dr_grpo": [1 / (batch * l_max)] * batch,
+        "sequence_sum": [1 / batch] * batch,
+    }
+    for loss_type, weights in expected.items():
+        np.testing.assert_allclose(table[loss_type], np.where(valid, weights, 0.0), rtol=1e-12)
+    fig = viz.plot_aggregation_weights(lengths, l_max)
+    try:
+        drawn = lines_by_label(fig.axes[0])
+        for loss_type, weights in expected.items():
+            line = next(v for k, v in drawn.items() if k.startswith(loss_type))
+            np.testing.assert_allclose(line.get_xdata(), sorted(n for n in lengths if n))
+            np.testing.assert_allclose(line.get_ydata(),
+                                       [w for n, w in sorted(zip(lengths, weights)) if n])
+    finally:
+        plt.close(fig)
+
+
+def test_sequence_ratio_spread_shrinks_with_length_and_token_spread_does_not():
+    table = viz.ratio_spread(lengths=(4, 16, 64, 256), noise_std=0.1, n_sequences=256, seed=0)
+    seq, tok = table["sequence_ratio_std"].to_numpy(), table["token_ratio_std"].to_numpy()
+    assert np.all(np.diff(seq) < 0)
+    # ~ sigma / sqrt(length): 64 times longer, 8 times steadier (within sampling noise).
+    assert 6 < seq[0] / seq[-1] < 11
+    assert tok.max() / tok.min() < 1.1 and abs(tok.mean() - 0.1) < 0.01
+
+
+def test_group_advantages_table_is_labkit_estimators():
+    rewards = [1.0, 0.0, 0.0, 1.0, 0.5, 0.5]
+    table = viz.group_advantages_table(rewards, num_generations=3)
+    assert list(table.columns) == ["reward", "GRPO", "Dr. GRPO", "RLOO", "batch-scaled"]
+    r = torch.tensor(rewards, dtype=torch.float64)
+    np.testing.assert_allclose(table["GRPO"], group_advantages(r, 3))
+    np.testing.assert_allclose(table["RLOO"], rloo_advantages(r, 3))
+    full = viz.group_advantages_table(rewards, [1, 2, 3, 4, 5, 6], greedy_reward=1.0,
+                                      num_generations=3)
+    assert {"length", "OPO", "ReMax"} <= set(full.columns)
+    np.testing.assert_allclose(full["ReMax"], r - 1)
+
+
+def test_gfpo_figure_draws_labkit_filter_and_advantages():
+    rewards, lengths = [1, 1, 0, 1, 0, 1, 1, 0], [120, 340, 410, 95, 150, 210, 380, 60]
+    fig = viz.plot_gfpo_filter(rewards, lengths, num_remains_in_group=3)
+    try:
+        r, lens = torch.tensor(rewards, dtype=torch.float64), torch.tensor(lengths)
+        keep = gfpo_filter(r, lens, 8, 3)
+        expected = gfpo_advantages(r, keep, 8).numpy()
+        bars = fig.axes[1].containers[1]
+        np.testing.assert_allclose([b.get_height() for b in bars], expected)
+        assert "kept (3)" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    finally:
+        plt.close(fig)
+
+
+def test_overlong_points_sit_on_labkit_penalty():
+    lengths = [100, 800, 900, 1024]
+    fig = viz.plot_overlong_penalty(1024, 256, 0.5, lengths=lengths)
+    try:
+        points = next(v for k, v in lines_by_label(fig.axes[0]).items() if k.startswith("batch"))
+        expected = overlong_penalty(torch.tensor(lengths, dtype=torch.float64), 1024, 256, 0.5)
+        np.testing.assert_allclose(points.get_ydata(), expected)
+        assert points.get_label() == "batch (3 of 4 penalised)"
+    finally:
+        plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------------
+# training curves
+# --------------------------------------------------------------------------------------------
+
+
+def write_log(path, command=None, **columns):
+    header = f"# command: {command}\n" if command else ""
+    path.write_text(header + pd.DataFrame(columns).to_csv(index=False))
+    return path
+
+
+def test_load_run_reads_the_command_header(tmp_path):
+    cmd = "python -m labkit.train --preset grpo --steps 3"
+    df = viz.load_run(write_log(tmp_path / "a.csv", cmd, step=[0, 1, 2], reward=[0.1, 0.2, 0.4]))
+    assert df.attrs["command"] == cmd
+    assert list(df.columns) == ["step", "reward"] and len(df) == 3
+    plain = viz.load_run(write_log(tmp_path / "b.csv", step=[0], reward=[1.0]))
+    assert "command" not in plain.attrs and len(plain) == 1
+
+
+def test_plot_runs_skips_missing_columns_smooths_and_says_how_to_regenerate(tmp_path):
+    cmd = "python -m labkit.train --preset dapo"
+    a = viz.load_run(write_log(tmp_path / "a.csv", cmd, step=range(10), reward=np.arange(10.0),
+                               accuracy=np.linspace(0, 1, 10)))
+    b = pd.DataFrame({"reward": np.ones(5)})  # no accuracy, no step column: index on x
+    fig = viz.plot_runs({"dapo": a, "mine": b}, metrics=("reward", "accuracy"), smooth=3)
+    try:
+        assert len(fig.axes) == 2
+        legend = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+        assert "mine: no 'accuracy' column" in legend
+        smoothed = lines_by_label(fig.axes[0])["dapo"].get_ydata()
+        np.testing.assert_allclose(smoothed[:3], [0.0, 0.5, 1.0])
+        assert fig.get_supxlabel() == f"regenerate: {cmd}"
+        assert fig.axes[0].get_xlabel() == "training step"
+    finally:
+        plt.close(fig)
+    fig = viz.plot_runs({"mine": b})
+    try:
+        assert fig.get_supxlabel() == "" and len(fig.axes) == 3
+    finally:
+        plt.close(fig)
+    with pytest.raises(ValueError, match="smooth"):
+        viz.plot_runs({"mine": b}, smooth=0)
+
+
+# --------------------------------------------------------------------------------------------
+# widgets
+# --------------------------------------------------------------------------------------------
+
+RUNS = {"grpo": pd.DataFrame({"step": [0, 1, 2], "reward": [0.1, 0.3, 0.2]})}
+BUILDERS = [
+    (widgets.clip_region_widget, {}, 4),
+    (widgets.gae_widget, {}, 2),
+    (widgets.group_advantages_widget, {}, 2),
+    (widgets.kl_estimators_widget, {"n_samples": 100}, 4),
+    (widgets.aggregation_widget, {}, 2),
+    (widgets.overlong_widget, {}, 2),
+    (widgets.ratio_spread_widget, {"n_sequences": 16}, 2),
+    (widgets.gfpo_widget, {}, 2),
+    (widgets.runs_widget, {"runs": RUNS}, 3),
+]
+
+
+@pytest.mark.parametrize(("builder", "kwargs", "n_axes"), BUILDERS,
+                         ids=[b.__name__ for b, _, _ in BUILDERS])
+def test_widget_builder_returns_controls_or_static_figure(builder, kwargs, n_axes, monkeypatch,
+                                                          capsys):
+    monkeypatch.delenv("LABKIT_STATIC", raising=False)
+    box = builder(**kwargs)
+    assert isinstance(box, ipywidgets.Widget)
+    assert isinstance(box.children[-1], ipywidgets.Output)
+    assert "Cannot draw" not in capsys.readouterr().out
+    monkeypatch.setenv("LABKIT_STATIC", "1")
+    check_figure(builder(**kwargs), n_axes)
+
+
+def test_widgets_disabled_without_ipywidgets(monkeypatch):
+    monkeypatch.delenv("LABKIT_STATIC", raising=False)
+    assert widgets.widgets_enabled()
+    monkeypatch.setitem(sys.modules, "ipywidgets", None)
+    assert not widgets.widgets_enabled()
+    fig = widgets.gae_widget()
+    check_figure(fig, 2)
+
+
+def test_widget_text_box_errors_are_shown_not_raised(monkeypatch, capsys):
+    monkeypatch.delenv("LABKIT_STATIC", raising=False)
+    box = widgets.group_advantages_widget()
+    rewards = box.children[0].children[0]
+    rewards.value = "1, x, 0"
+    assert "rewards: write numbers separated by commas" in capsys.readouterr().out
+    rewards.value = "1, 0"  # two rewards but eight lengths: labkit's own message
+    assert "Cannot draw this: lengths must" in capsys.readouterr().out
+
+
+def test_figures_render_as_png_in_ipython():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        viz._enable_notebook_display()
+        fig = viz.plot_overlong_penalty()
+        data, _ = shell.display_formatter.format(fig)
+        assert data["image/png"][:8] == b"\x89PNG\r\n\x1a\n"
+        plt.close(fig)
+    finally:
+        InteractiveShell.clear_instance()

@@ -159,8 +159,8 @@ class TrainConfig:
     num_mini_batches: int = 1
     """optimizer steps per pass: the generation batch is split into this many mini-batches"""
     micro_batch_size: int | None = None
-    """completions per forward/backward (gradient accumulation below a mini-batch); None = whole
-    mini-batch at once"""
+    """most completions per forward/backward (gradient accumulation inside a mini-batch; set it
+    to fit GPU memory); None = no cap. The trainer also groups completions of similar length"""
     max_steps: int = 60
     """training steps (one step = one generation batch)"""
 

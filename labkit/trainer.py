@@ -122,6 +122,9 @@ METRICS = {
     "eval_format_rate": "fraction of eval completions in the answer format",
     "eval_truncation": "fraction of eval completions cut at max_completion_length",
 }
+# What one extra forward + backward costs, in padded tokens' worth of compute: on a CPU the tiny
+# model's per-call overhead is small next to its per-token cost; on a GPU launches dominate.
+_FORWARD_COST_IN_TOKENS = {"cpu": 256, "cuda": 8192}
 TIMING_COLUMNS = ("step_time", "generation_time", "tokens_per_second", "peak_memory_mb")
 _LOSS_METRICS = {"clip_ratio/low_mean": "clip_low", "clip_ratio/high_mean": "clip_high",
                  "clip_ratio/region_mean": "clip_region", "approx_kl_old/k3": "kl_old",
@@ -436,15 +439,44 @@ class Trainer:
 
     def _scored(self, exp: Experience, forward) -> torch.Tensor:
         """Run ``forward`` on micro-batches under inference mode; (B, L) result, 0 on padding."""
-        size = self.config.micro_batch_size or len(exp)
-        pieces = []
+        everything = torch.arange(len(exp), device=self.device)
         with torch.inference_mode():
-            for start in range(0, len(exp), size):
-                pieces.append(forward(exp.select(slice(start, start + size)).trimmed()))
+            pieces = [(rows, forward(exp.select(rows).trimmed()))
+                      for rows in self._micro_batches(exp, everything)]
         out = exp.sample_logp.new_zeros(exp.completion_ids.shape)
-        for start, piece in zip(range(0, len(exp), size), pieces):
-            out[start:start + piece.size(0), :piece.size(1)] = piece
+        for rows, piece in pieces:
+            out[rows, :piece.size(1)] = piece
         return out
+
+    def _micro_batches(self, exp: Experience, rows: torch.Tensor) -> list[torch.Tensor]:
+        """Split ``rows`` into micro-batches of similar lengths, so little compute goes to padding.
+
+        Rows are sorted by length; a new micro-batch starts at ``micro_batch_size`` rows, or when
+        widening the current one would add more padding than one more forward costs (a
+        per-device constant in tokens). Only bnpo, whose token mean is per micro-batch, keeps
+        plain micro-batches of ``micro_batch_size`` (in TRL's order).
+        """
+        cfg = self.config
+        cap = cfg.micro_batch_size or max(len(rows), 1)
+        if cfg.loss_type == "bnpo":
+            return list(rows.split(cap)) if len(rows) else []
+        prompt = exp.prompt_mask.sum(-1)[rows]
+        completion = exp.completion_mask.sum(-1)[rows]
+        order = (prompt + completion).argsort(stable=True)
+        overhead = _FORWARD_COST_IN_TOKENS.get(self.device.type, _FORWARD_COST_IN_TOKENS["cuda"])
+        batches, current, width = [], [], (0, 0)
+        for i in order.tolist():
+            p, c = int(prompt[i]), int(completion[i])
+            wider = (max(width[0], p), max(width[1], c))
+            padding = len(current) * (sum(wider) - sum(width))
+            if current and (len(current) == cap or padding > overhead):
+                batches.append(current)
+                current, wider = [], (p, c)
+            current.append(i)
+            width = wider
+        if current:
+            batches.append(current)
+        return [rows[torch.tensor(batch, device=rows.device)] for batch in batches]
 
     def _completion_logits(self, model, mb: Experience) -> torch.Tensor:
         """Logits predicting each completion token: (b, l, V), from the last l + 1 positions."""
@@ -557,14 +589,9 @@ class Trainer:
     def _optimizer_step(self, mini: Experience, trains: torch.Tensor, num_items, stats) -> None:
         """Accumulate gradients over micro-batches of one mini-batch, clip, step."""
         cfg = self.config
-        rows = trains.nonzero().squeeze(-1)
-        # Similar lengths in a micro-batch waste less compute on padding.
-        total = mini.prompt_mask.sum(-1) + mini.completion_mask.sum(-1)
-        rows = rows[total[rows].argsort(stable=True)]
         tokens = mini.loss_mask.sum().clamp(min=1)
         finite = True
-        micro_batches = rows.split(cfg.micro_batch_size or len(rows)) if len(rows) else ()
-        for micro_rows in micro_batches:
+        for micro_rows in self._micro_batches(mini, trains.nonzero().squeeze(-1)):
             mb = mini.select(micro_rows).trimmed()
             logits = self._completion_logits(self.model, mb)
             logp, entropy = logprobs_and_entropy(logits, mb.completion_ids, cfg.temperature)

@@ -176,21 +176,22 @@ def plot_clip_region(epsilon_low: float = 0.2, epsilon_high: float | None = 0.2,
 
     Top row: the per-token objective :math:`J = -\ell` from
     :func:`labkit.losses.clipped_surrogate` (the quantity PPO/GRPO maximise), with the unclipped
-    :math:`rA` dashed. Bottom row: :math:`dJ/dr` from autograd. Grey bands mark where the gradient is
-    exactly zero; dotted lines mark the clip bounds :math:`1-\varepsilon_{low}`,
+    :math:`rA` dashed. Bottom row: :math:`dJ/dr` from autograd. Grey bands mark where the gradient
+    is exactly zero; dotted lines mark the clip bounds :math:`1-\varepsilon_{low}`,
     :math:`1+\varepsilon_{high}` (and the dual-clip :math:`c`).
 
     What to see: for A > 0 the gradient vanishes above :math:`1+\varepsilon_{high}` (the token was
     already made likelier enough) but not below :math:`1-\varepsilon_{low}`; for A < 0 it vanishes
-    below :math:`1-\varepsilon_{low}` and stays on above :math:`1+\varepsilon_{high}`, growing without
-    bound unless dual-clip caps the loss beyond :math:`c`. Clip-higher (``epsilon_high=0.28``) widens
-    only the upper band.
+    below :math:`1-\varepsilon_{low}` and stays on above :math:`1+\varepsilon_{high}`, growing
+    without bound unless dual-clip caps the loss beyond :math:`c`. Clip-higher
+    (``epsilon_high=0.28``) widens only the upper band.
 
     Args:
         epsilon_low, epsilon_high, dual_clip, delta: as in ``clipped_surrogate`` (TRL names).
         advantage: the token's advantage A, or ``"both"`` for A = +1 and A = -1 side by side.
         ratio_max: right end of the ratio axis (default: past every bound).
-        axes: 2 axes (4 for ``"both"``, column by column: objective, gradient) to draw into.
+        axes: 2 axes (objective, gradient) to draw into; 4 for ``"both"``, ordered like
+            ``fig.subplots(2, 2)``: the two objectives, then the two gradients.
 
     Returns:
         the figure (2 panels, or 4 for ``"both"``).
@@ -205,9 +206,9 @@ def plot_clip_region(epsilon_low: float = 0.2, epsilon_high: float | None = 0.2,
     ratio = torch.linspace(0.01, ratio_max, 800, dtype=_DTYPE)
     x = ratio.numpy()
     fig, flat = _panels(axes, 2 * len(advantages), ncols=len(advantages), sharex=axes is None)
-    grid = np.array(flat).reshape(2, len(advantages)) if axes is None else np.array(
-        flat).reshape(len(advantages), 2).T
-    bounds = [(1 - epsilon_low, r"$1-\varepsilon_{low}$"), (1 + epsilon_high, r"$1+\varepsilon_{high}$")]
+    grid = np.array(flat, dtype=object).reshape(2, len(advantages))
+    bounds = [(1 - epsilon_low, r"$1-\varepsilon_{low}$"),
+              (1 + epsilon_high, r"$1+\varepsilon_{high}$")]
     for col, a in enumerate(advantages):
         objective, grad = _clip_curves(ratio, a, **clip)
         unclipped = -no_clip_surrogate(torch.log(ratio), torch.tensor(a, dtype=_DTYPE)).numpy()
@@ -309,7 +310,8 @@ def plot_gae(rewards=None, values=None, gamma: float = 1.0, lam: float = 0.95,
     top.bar(t, r.numpy(), 0.6, color="C2", label="reward $r_t$")
     top.plot(t, v.numpy(), "o-", color="C1", label="critic value $V(s_t)$")
     top.set(title="toy response: rewards and values", ylabel="reward / value")
-    _grouped_bars(bottom, {r"advantage $\hat A_t$": adv, r"return $\hat R_t = \hat A_t + V_t$": ret})
+    _grouped_bars(bottom, {r"advantage $\hat A_t$": adv,
+                           r"return $\hat R_t = \hat A_t + V_t$": ret})
     bottom.plot(t, td_error, "k_", ms=14, mew=2, label=r"TD error $\delta_t$ ($\lambda=0$)")
     bottom.set(title=f"GAE with $\\gamma$ = {gamma:g}, $\\lambda$ = {lam:g}",
                xlabel="response token position t", ylabel="advantage / return")
@@ -378,8 +380,8 @@ def plot_group_advantages(rewards=(1, 0, 0, 1, 0, 0, 0, 1), lengths=None, greedy
     left.set(title="rewards" + (" (labels: length in tokens)" if "length" in table else ""),
              xlabel="completion i", ylabel="reward $r_i$", xticks=i)
     _grouped_bars(right, {k: table[k].to_numpy() for k in table if k not in ("reward", "length")})
-    right.set(title="advantages by estimator", xlabel="completion i", ylabel=r"advantage $\hat A_i$",
-              xticks=i)
+    right.set(title="advantages by estimator", xlabel="completion i",
+              ylabel=r"advantage $\hat A_i$", xticks=i)
     right.legend(fontsize="x-small")
     return fig
 
@@ -580,7 +582,7 @@ def _simulate_ratios(lengths, noise_std, n_sequences, seed):
         raise ValueError(f"lengths must be a non-empty list of lengths >= 1, got {lengths}")
     if n_sequences < 2 or not noise_std > 0:
         raise ValueError(
-            f"need n_sequences >= 2 and noise_std > 0 to see a spread, got {n_sequences}, {noise_std}"
+            f"a spread needs n_sequences >= 2 and noise_std > 0, got {n_sequences}, {noise_std}"
         )
     gen = torch.Generator().manual_seed(seed)
     rows = lens.repeat_interleave(n_sequences)

@@ -1,4 +1,4 @@
-"""Interactive controls for the lab's figures: sliders and text boxes that redraw a labkit.viz figure.
+"""Interactive controls for the lab's figures: sliders and text boxes redrawing a labkit.viz figure.
 
 Each builder returns an ipywidgets box (controls above, figure below), so a notebook cell can end
 with ``clip_region_widget()``. The figure is redrawn by the static function of
@@ -110,8 +110,9 @@ def clip_region_widget(epsilon_low: float = 0.2, epsilon_high: float = 0.28,
                        dual_clip: float | None = None, advantage: float | str = "both"):
     """PPO clip region: sliders for the clip half-widths and dual-clip, a choice of advantage sign.
 
-    ``advantage`` is ``"both"``, ``1.0`` or ``-1.0``. Move ``epsilon_high`` above ``epsilon_low`` (DAPO's clip-higher) and watch only the A > 0 band
-    widen; switch dual-clip on to see the A < 0 gradient vanish beyond c.
+    ``advantage`` is ``"both"``, ``1.0`` or ``-1.0``. Move ``epsilon_high`` above
+    ``epsilon_low`` (DAPO's clip-higher) and watch only the A > 0 band widen; switch dual-clip on
+    to see the A < 0 gradient vanish beyond c.
     """
     if not widgets_enabled():
         return viz.plot_clip_region(epsilon_low, epsilon_high, dual_clip, advantage)
@@ -270,7 +271,7 @@ def ratio_spread_widget(lengths: Sequence[int] = (4, 16, 64, 256), noise_std: fl
 def gfpo_widget(rewards: Sequence[float] = (1, 1, 0, 1, 0, 1, 1, 0),
                 lengths: Sequence[float] = (120, 340, 410, 95, 150, 210, 380, 60),
                 num_remains_in_group: int = 4, metric: str = "length"):
-    """GFPO: type a group's rewards and lengths, choose k and the metric, see who keeps a gradient."""
+    """GFPO: type a group's rewards and lengths, choose k and the metric: who keeps a gradient?"""
     if not widgets_enabled():
         return viz.plot_gfpo_filter(rewards, lengths, num_remains_in_group, metric)
     import ipywidgets as widgets

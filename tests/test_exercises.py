@@ -1,0 +1,155 @@
+"""The exercise checker: accepts the reference, names what is wrong, never raises for a mistake."""
+
+from functools import partial
+
+import pytest
+import torch
+
+from labkit.advantages import group_advantages
+from labkit.exercises import (
+    LearnerError,
+    check_function,
+    random_group_rewards,
+    random_policy_batch,
+)
+from labkit.losses import clipped_surrogate, sequence_log_ratio
+
+SURROGATE_INPUTS = partial(random_policy_batch, keys=("log_ratio", "advantages"))
+
+
+def check(learner, reference=clipped_surrogate, make_inputs=SURROGATE_INPUTS, **kwargs):
+    return check_function(learner, reference, make_inputs, **kwargs)
+
+
+def test_accepts_the_reference_itself(capsys):
+    assert check(clipped_surrogate)
+    assert capsys.readouterr().out.startswith(
+        "Correct! `clipped_surrogate` matches the reference on 5 random inputs (values and "
+        "gradients).")
+
+
+def test_accepts_an_independent_correct_implementation(capsys):
+    def my_surrogate(log_ratio, advantages):
+        ratio = torch.exp(log_ratio)
+        return -torch.min(ratio * advantages, ratio.clamp(0.8, 1.2) * advantages)
+
+    assert check(my_surrogate)
+    assert "Correct!" in capsys.readouterr().out
+
+
+def test_rejects_a_wrong_clip_with_the_worst_value(capsys):
+    def clip_only(log_ratio, advantages):  # forgets the min with the unclipped term
+        return -torch.exp(log_ratio).clamp(0.8, 1.2) * advantages
+
+    assert not check(clip_only)
+    out = capsys.readouterr().out
+    assert "values differ: max abs error" in out and "at index (" in out
+    assert "inputs: log_ratio=" in out and "advantages=" in out
+
+
+def test_rejects_a_wrong_shape(capsys):
+    def token_mean(log_ratio, advantages):
+        return clipped_surrogate(log_ratio, advantages).mean(-1)
+
+    assert not check(token_mean)
+    assert "`token_mean` returned shape (4,) but expected (4, 7)" in capsys.readouterr().out
+
+
+def test_rejects_a_function_that_detaches(capsys):
+    def detached(log_ratio, advantages):
+        return clipped_surrogate(log_ratio.detach(), advantages)
+
+    assert not check(detached)
+    out = capsys.readouterr().out
+    assert ("values match but the gradient w.r.t. `log_ratio` differs: check where you "
+            "detach/clip") in out
+
+
+def test_rejects_a_half_detached_clip_branch(capsys):
+    def detached_branch(log_ratio, advantages):
+        ratio = torch.exp(log_ratio)
+        return -torch.minimum(ratio * advantages, ratio.clamp(0.8, 1.2).detach() * advantages)
+
+    assert not check(detached_branch)
+    assert "gradient w.r.t. `log_ratio` differs" in capsys.readouterr().out
+
+
+def test_not_implemented_stub_returns_false(capsys):
+    def stub(log_ratio, advantages):
+        raise NotImplementedError
+
+    assert check(stub) is False
+    assert "Not implemented yet: replace the `raise NotImplementedError` in `stub`" in (
+        capsys.readouterr().out)
+
+
+def test_a_learner_that_crashes_is_reraised_with_a_hint():
+    def crashes(log_ratio, advantages):
+        return log_ratio @ advantages
+
+    with pytest.raises(LearnerError, match="`crashes` raised RuntimeError") as info:
+        check(crashes)
+    assert "log_ratio: shape (4, 7)" in str(info.value)
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_masked_sequence_ratio_and_the_forgotten_mask(capsys):
+    inputs = partial(random_policy_batch, keys=("logp", "old_logp", "mask"))
+
+    def my_ratio(logp, old_logp, mask):
+        return ((logp - old_logp) * mask).sum(-1) / mask.sum(-1)
+
+    def no_mask(logp, old_logp, mask):
+        return (logp - old_logp).mean(-1)
+
+    assert check(my_ratio, sequence_log_ratio, inputs)
+    assert not check(no_mask, sequence_log_ratio, inputs)
+    assert "values differ" in capsys.readouterr().out
+
+
+def test_group_rewards_without_gradients_and_std_mistake(capsys):
+    def population_std(rewards, num_generations):
+        g = rewards.view(-1, num_generations)
+        return ((g - g.mean(-1, keepdim=True)) / (g.std(-1, unbiased=False, keepdim=True)
+                                                   + 1e-4)).reshape(-1)
+
+    inputs = partial(random_group_rewards, binary=False)
+    assert check(group_advantages, group_advantages, inputs, check_grad=False)
+    assert "(values)." in capsys.readouterr().out
+    assert not check(population_std, group_advantages, inputs, check_grad=False)
+    assert "values differ" in capsys.readouterr().out
+
+
+def test_tuple_outputs_are_compared_element_by_element(capsys):
+    def reference(log_ratio, advantages):
+        return log_ratio.exp(), advantages * 2
+
+    def one_missing(log_ratio, advantages):
+        return (log_ratio.exp(),)
+
+    def second_wrong(log_ratio, advantages):
+        return log_ratio.exp(), advantages * 3
+
+    assert check(reference, reference)
+    assert not check(one_missing, reference)
+    assert "returned 1 value(s) but the reference returns 2" in capsys.readouterr().out
+    assert not check(second_wrong, reference)
+    assert "values differ (output[1])" in capsys.readouterr().out
+
+
+def test_input_makers_are_seeded_and_shaped():
+    a = random_policy_batch(torch.Generator().manual_seed(3),
+                            keys=("logp", "old_logp", "log_ratio", "advantages", "mask"))
+    b = random_policy_batch(torch.Generator().manual_seed(3), keys=("log_ratio",))
+    assert torch.equal(a["log_ratio"], b["log_ratio"])
+    assert a["advantages"].shape == (4, 1) and a["mask"].dtype == torch.bool
+    assert a["mask"][0].all() and (a["mask"].sum(-1) >= 1).all()
+    torch.testing.assert_close(a["logp"] - a["old_logp"], a["log_ratio"])
+    ratio = a["log_ratio"].exp()
+    assert ((ratio < 0.8) | (ratio > 1.2)).any(), "off-policy: some ratios leave the band"
+    groups = random_group_rewards(torch.Generator().manual_seed(0),
+                                  keys=("rewards", "num_generations", "lengths"))
+    assert groups["rewards"].shape == (12,) and set(groups["rewards"].tolist()) <= {0.0, 1.0}
+    assert groups["num_generations"] == 4 and groups["lengths"].min() >= 1
+    with pytest.raises(ValueError, match="unknown keys"):
+        random_policy_batch(torch.Generator(), keys=("ratio",))

@@ -132,7 +132,7 @@ def _panels(axes, n: int, ncols: int | None = None, width: float = 4.0, height: 
 
 
 def _tensor(values, name: str) -> torch.Tensor:
-    t = torch.as_tensor(values, dtype=_DTYPE).reshape(-1)
+    t = torch.as_tensor([] if values is None else values, dtype=_DTYPE).reshape(-1)
     if t.numel() == 0:
         raise ValueError(f"{name} must not be empty")
     return t

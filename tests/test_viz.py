@@ -300,6 +300,8 @@ def test_widget_text_box_errors_are_shown_not_raised(monkeypatch, capsys):
     assert "rewards: write numbers separated by commas" in capsys.readouterr().out
     rewards.value = "1, 0"  # two rewards but eight lengths: labkit's own message
     assert "Cannot draw this: lengths must" in capsys.readouterr().out
+    rewards.value = ""
+    assert "Cannot draw this: rewards must not be empty" in capsys.readouterr().out
 
 
 def test_figures_render_as_png_in_ipython():

@@ -244,7 +244,7 @@ class Trainer:
         self.rows: list[dict] = []
         self.eval_rows: list[dict] = []
         self._nonfinite_streak = 0
-        self._stop_requested = False
+        self._stop_requested = self._update_started = False
         if cfg.resume_from:
             self.load_checkpoint(cfg.resume_from)
 
@@ -354,16 +354,16 @@ class Trainer:
         needed, rounds, dropped, gen_time = cfg.prompts_per_step, 0, 0, 0.0
         while True:
             indices = self.sampler.take(needed)
-            rows = self.train_dataset[indices]
+            data = self.train_dataset[indices]
             tic = time.perf_counter()
-            rollout = generate(self.model, self.tokenizer, rows["prompt"], num_generations=group,
+            rollout = generate(self.model, self.tokenizer, data["prompt"], num_generations=group,
                                max_completion_length=cfg.max_completion_length,
                                temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
                                generator=self.generator)
             gen_time += time.perf_counter() - tic
             exp = Experience.from_rollout(rollout, self.tokenizer.pad_token_id)
             exp.prompt_index = torch.tensor(indices, device=self.device).repeat_interleave(group)
-            per_function, exp.rewards, accuracy = self._rewards(rows, rollout, group)
+            per_function, exp.rewards, accuracy = self._rewards(data, rollout, group)
             sampled.append((per_function, exp.rewards, accuracy, exp.lengths, exp.truncated))
             if not cfg.dynamic_sampling:
                 kept.append(exp)
@@ -382,16 +382,17 @@ class Trainer:
         row.update(groups_dropped=dropped, resample_rounds=rounds, generation_time=gen_time)
         return exp, row
 
-    def _rewards(self, rows: dict, rollout, group: int):
+    def _rewards(self, data: dict, rollout, group: int):
         """Per-function rewards (N, K), the weighted total with the overlong penalty (N,) and
-        correctness (N,) of the completions of ``rows``' prompts, ``group`` per prompt."""
+        correctness (N,) of the completions of the prompts in ``data`` (dataset columns),
+        ``group`` consecutive completions per prompt."""
         cfg = self.config
-        prompts = [p for p in rows["prompt"] for _ in range(group)]
+        prompts = [p for p in data["prompt"] for _ in range(group)]
         completions = rollout.texts
         if prompts and not isinstance(prompts[0], str):  # conversational, as TRL passes them
             completions = [[{"role": "assistant", "content": text}] for text in completions]
         columns = {k: [v for v in values for _ in range(group)]
-                   for k, values in rows.items() if k != "prompt"}
+                   for k, values in data.items() if k != "prompt"}
         per_function, totals = combine_rewards_by_weight(
             self.reward_funcs, cfg.reward_weights, prompts, completions, **columns)
         if accuracy_reward in self.reward_funcs:
@@ -538,11 +539,11 @@ class Trainer:
     def _greedy_rewards(self, exp: Experience) -> torch.Tensor:
         """ReMax's baseline: the reward of one greedy completion per prompt."""
         cfg = self.config
-        rows = self.train_dataset[exp.prompt_index[::cfg.num_generations].tolist()]
-        rollout = generate(self.model, self.tokenizer, rows["prompt"], num_generations=1,
+        data = self.train_dataset[exp.prompt_index[::cfg.num_generations].tolist()]
+        rollout = generate(self.model, self.tokenizer, data["prompt"], num_generations=1,
                            max_completion_length=cfg.max_completion_length,
                            temperature=cfg.temperature, greedy=True)
-        return self._rewards(rows, rollout, 1)[1]
+        return self._rewards(data, rollout, 1)[1]
 
     # ---- 5. update -------------------------------------------------------------------------------
     def _update(self, exp: Experience) -> dict:

@@ -1,0 +1,31 @@
+"""Reference solutions to the exercises of notebooks/02_grpo.ipynb.
+
+Each function has the signature of the notebook's stub; the notebook checks it against labkit's
+implementation with ``labkit.exercises.check_function``. Import with
+``importlib.import_module("solutions.02_grpo")`` (the name starts with a digit).
+"""
+
+import torch
+
+
+def group_advantages(rewards, num_generations):
+    """GRPO: (r - group mean) / (group std + 1e-4), Bessel-corrected std; constant groups get 0."""
+    grouped = rewards.view(-1, num_generations)
+    centred = grouped - grouped.mean(-1, keepdim=True)
+    std = grouped.std(-1, keepdim=True) if num_generations > 1 else torch.zeros_like(centred)
+    # An all-equal group has centred == 0 exactly; keep it exactly 0 (and never NaN)
+    advantages = torch.where(std > 0, centred / (std + 1e-4), torch.zeros_like(centred))
+    return advantages.reshape(-1)
+
+
+def k3(logp, ref_logp):
+    """Schulman's k3 estimate of KL(pi || ref) per sampled token: e^d - d - 1, d = log ref - log pi."""
+    d = ref_logp - logp
+    return torch.exp(d) - d - 1
+
+
+def grpo_aggregate(per_token_loss, mask):
+    """GRPO's sequence-mean-token-mean: mean over each response's valid tokens, then over responses."""
+    m = mask.bool()
+    per_sequence = torch.where(m, per_token_loss, 0).sum(-1) / m.sum(-1).clamp(min=1)
+    return per_sequence.mean()

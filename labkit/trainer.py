@@ -480,11 +480,36 @@ class Trainer:
         return [rows[torch.tensor(batch, device=rows.device)] for batch in batches]
 
     def _completion_logits(self, model, mb: Experience) -> torch.Tensor:
-        """Logits predicting each completion token: (b, l, V), from the last l + 1 positions."""
+        """Logits predicting each completion token: (b, l, V).
+
+        Completions of the same prompt (a group) share its forward: the prompt runs once, its
+        keys and values are repeated for each completion (differentiably, so the gradient is
+        the same), and the completions run on top. The G-fold prompt work of a plain batched
+        forward is most of the compute when prompts are as long as completions.
+        """
         width = mb.completion_ids.size(1)
-        out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask,
-                    position_ids=mb.position_ids, use_cache=False, logits_to_keep=width + 1)
-        return out.logits[:, :-1]
+        unique, inverse = torch.unique(mb.prompt_index, return_inverse=True)
+        if len(unique) == len(mb) or self.config.gradient_checkpointing:
+            out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask,
+                        position_ids=mb.position_ids, use_cache=False, logits_to_keep=width + 1)
+            return out.logits[:, :-1]
+        from transformers import DynamicCache
+
+        first = torch.empty_like(unique).scatter_(0, inverse, torch.arange(len(mb),
+                                                                          device=self.device))
+        prompt_mask = mb.prompt_mask[first]
+        cache = DynamicCache()
+        head = model(input_ids=mb.prompt_ids[first], attention_mask=prompt_mask,
+                     position_ids=(prompt_mask.cumsum(-1) - 1).clamp(min=0),
+                     past_key_values=cache, use_cache=True, logits_to_keep=1).logits[inverse]
+        if width == 1:
+            return head
+        cache.batch_select_indices(inverse)
+        prompt = mb.prompt_ids.size(1)
+        tail = model(input_ids=mb.completion_ids[:, :-1], attention_mask=mb.attention_mask[:, :-1],
+                     position_ids=mb.position_ids[:, prompt:-1], past_key_values=cache,
+                     use_cache=True).logits
+        return torch.cat([head, tail], dim=1)
 
     def _logprobs(self, model, mb: Experience) -> torch.Tensor:
         return token_logprobs(self._completion_logits(model, mb), mb.completion_ids,

@@ -7,6 +7,7 @@ dynamic sampling drops).
 """
 
 import copy
+import dataclasses
 import math
 import os
 import signal
@@ -146,6 +147,24 @@ def test_no_old_logprob_forward_on_policy(base):
     # the recomputed behaviour log-probs match the sampler's
     mask = exp.completion_mask.bool()
     assert torch.allclose(exp.old_logp[mask], exp.sample_logp[mask], atol=1e-4)
+
+
+def test_a_group_shares_its_prompt_forward_exactly(base):
+    trainer = make_trainer(base, max_steps=1)
+    exp, _ = trainer._sample_batch()
+    shared = exp.trimmed()
+    plain = dataclasses.replace(shared, prompt_index=torch.arange(len(shared)))  # no sharing
+    trainer.model.train()
+    grads = []
+    for mb in (shared, plain):
+        logp = trainer._logprobs(trainer.model, mb)
+        (logp * mb.completion_mask).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in trainer.model.named_parameters()})
+        trainer.model.zero_grad()
+        grads[-1]["logp"] = logp[mb.completion_mask.bool()].detach()
+    for name, value in grads[0].items():
+        scale = value.abs().max().item()
+        torch.testing.assert_close(value, grads[1][name], rtol=1e-4, atol=1e-5 * scale)
 
 
 def first_gradient(trainer) -> dict:

@@ -143,7 +143,8 @@ def build(out: Path, *, steps: int, batch_size: int, lr: float, seed: int, threa
     tokenizer.save_pretrained(out)
     info = {
         "command": f"python -m labkit.build_tiny --out {out} --steps {steps} "
-                   f"--batch-size {batch_size} --lr {lr} --seed {seed}",
+                   f"--batch-size {batch_size} --lr {lr} --seed {seed} "
+                   f"--threads {torch.get_num_threads()}",
         "architecture": type(model).__name__,
         "parameters": count_parameters(model),
         "vocab_size": len(tokenizer),
@@ -167,11 +168,13 @@ def build(out: Path, *, steps: int, batch_size: int, lr: float, seed: int, threa
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=TINY_MODEL_DIR)
-    ap.add_argument("--steps", type=int, default=1200, help="SFT steps (0: random init)")
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--steps", type=int, default=6000, help="SFT steps (0: random init)")
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    # one thread by default: bit-for-bit repeatable, and on 2 cores barely slower for a model
+    # this small (the matmuls are too small to split well)
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = ap.parse_args(argv)
     build(args.out, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
           threads=args.threads)

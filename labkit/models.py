@@ -193,13 +193,27 @@ def load_policy(
         config = AutoConfig.from_pretrained(path)
         model = AutoModelForCausalLM.from_config(config, dtype=dt, **kwargs)
     else:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dt, **kwargs)
+        model = _quietly(AutoModelForCausalLM.from_pretrained, path, dtype=dt, **kwargs)
     model.to(dev)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.config.use_cache = False
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer
+
+
+def _quietly(load, *args, **kwargs):
+    """Call a ``from_pretrained`` without its per-file progress bar (noise in a notebook cell for
+    a model that loads in a blink); the bar setting is restored afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        return load(*args, **kwargs)
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 class ValueModel(nn.Module):

@@ -207,6 +207,7 @@ _TA, _TF, _TL, _TK = (
     "tests/test_kl.py::",
 )
 _TRL = "tests/test_trl_crosscheck.py::"
+_LC, _TLC = "labkit.length_control.", "tests/test_length_control.py::"
 
 
 def _m(paper, **kwargs) -> Method:
@@ -539,15 +540,31 @@ CATALOG: tuple[Method, ...] = (
         _K2,
         id="kimi-budget-control",
         changes="reward",
+        functions=(_LC + "budget_control_reward", _LC + "kimi_length_reward"),
         notebook=_NB["gfpo"],
-        note="A Kimi K2 addition, not k1.5. Budgets and penalty are unpublished.",
+        tests=(
+            _TLC + "test_budget_control_over_budget_is_penalised_regardless_of_correctness",
+            _TLC + "test_kimi_length_reward_reference_example",
+        ),
+        note="A Kimi K2 addition, not k1.5 (k1.5 has the length reward, kimi_length_reward). "
+             "Budgets and penalty are unpublished.",
     ),
-    _m(_LASER, id="laser-length-reward", changes="reward", notebook=_NB["gfpo"]),
+    _m(
+        _LASER,
+        id="laser-length-reward",
+        changes="reward",
+        functions=(_LC + "laser_reward", _LC + "laser_adaptive_target"),
+        notebook=_NB["gfpo"],
+        tests=(_TLC + "test_laser_reference_examples", _TLC + "test_laser_adaptive_target_ecr"),
+    ),
     _m(
         _DLER,
         id="dler-difficulty-truncation",
         changes="sampling",
+        functions=(_LC + "truncation_reward", _LC + "difficulty_truncation_lengths"),
         notebook=_NB["gfpo"],
+        tests=(_TLC + "test_truncation_reward_zero_beyond_the_limit",
+               _TLC + "test_da_dler_lengths_and_the_tie"),
         note="DA-DLER: a shorter truncation length for prompts solved more than half the time.",
     ),
     _m(_RFT, id="rft-rejection-sampling", changes="data"),

@@ -24,10 +24,12 @@ One step (:meth:`Trainer.training_step`) reads like the papers' algorithm boxes:
 
 Where this departs from TRL's ``GRPOTrainer`` (and why):
 
-* completions that cannot contribute to the gradient (zero advantage, with ``beta = 0`` and no
-  entropy bonus; or nothing left in their loss mask) skip the training forward. The normalisers
-  still count them, so the gradient is TRL's; only the time is saved. ``entropy`` and the clip
-  metrics are therefore averaged over the completions that trained;
+* three savings that leave the gradient unchanged (up to float rounding): completions that
+  cannot contribute (zero advantage with ``beta = 0`` and no entropy bonus, or nothing left in
+  their loss mask) skip the training forward, while the normalisers still count them; the
+  completions of one prompt share one forward of the prompt (its keys and values are repeated);
+  micro-batches gather completions of similar length, so little compute goes to padding. The
+  ``entropy`` and clip metrics are therefore averaged over the completions that trained;
 * the ``dapo`` normaliser is TRL's: loss tokens of the whole generation batch divided by the
   number of mini-batches;
 * dynamic sampling keeps groups whose *total* reward varies (verl's ``seq_reward`` metric; the
@@ -480,36 +482,13 @@ class Trainer:
         return [rows[torch.tensor(batch, device=rows.device)] for batch in batches]
 
     def _completion_logits(self, model, mb: Experience) -> torch.Tensor:
-        """Logits predicting each completion token: (b, l, V).
+        """Logits predicting each completion token: (b, l, V)."""
+        def forward(ids, mask, positions, cache, keep):
+            return model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                         past_key_values=cache, use_cache=cache is not None,
+                         logits_to_keep=keep).logits
 
-        Completions of the same prompt (a group) share its forward: the prompt runs once, its
-        keys and values are repeated for each completion (differentiably, so the gradient is
-        the same), and the completions run on top. The G-fold prompt work of a plain batched
-        forward is most of the compute when prompts are as long as completions.
-        """
-        width = mb.completion_ids.size(1)
-        unique, inverse = torch.unique(mb.prompt_index, return_inverse=True)
-        if len(unique) == len(mb) or self.config.gradient_checkpointing:
-            out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask,
-                        position_ids=mb.position_ids, use_cache=False, logits_to_keep=width + 1)
-            return out.logits[:, :-1]
-        from transformers import DynamicCache
-
-        first = torch.empty_like(unique).scatter_(0, inverse, torch.arange(len(mb),
-                                                                          device=self.device))
-        prompt_mask = mb.prompt_mask[first]
-        cache = DynamicCache()
-        head = model(input_ids=mb.prompt_ids[first], attention_mask=prompt_mask,
-                     position_ids=(prompt_mask.cumsum(-1) - 1).clamp(min=0),
-                     past_key_values=cache, use_cache=True, logits_to_keep=1).logits[inverse]
-        if width == 1:
-            return head
-        cache.batch_select_indices(inverse)
-        prompt = mb.prompt_ids.size(1)
-        tail = model(input_ids=mb.completion_ids[:, :-1], attention_mask=mb.attention_mask[:, :-1],
-                     position_ids=mb.position_ids[:, prompt:-1], past_key_values=cache,
-                     use_cache=True).logits
-        return torch.cat([head, tail], dim=1)
+        return self._before_each_completion_token(forward, mb)
 
     def _logprobs(self, model, mb: Experience) -> torch.Tensor:
         return token_logprobs(self._completion_logits(model, mb), mb.completion_ids,
@@ -517,9 +496,43 @@ class Trainer:
 
     def _values(self, mb: Experience) -> torch.Tensor:
         """Critic values V(s_t) of the state before each completion token: (b, l)."""
+        critic = self.value_model
+
+        def forward(ids, mask, positions, cache, keep):
+            hidden = critic.trunk(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                  past_key_values=cache, use_cache=cache is not None)
+            return critic.head(hidden.last_hidden_state[:, -keep:]).squeeze(-1)
+
+        return self._before_each_completion_token(forward, mb).float()
+
+    def _before_each_completion_token(self, forward, mb: Experience) -> torch.Tensor:
+        """Outputs of ``forward`` at the positions that predict each completion token: (b, l, ...).
+
+        ``forward(ids, mask, positions, cache, keep)`` runs a model and returns its outputs at
+        the last ``keep`` positions. Completions of the same prompt (a group) share its forward:
+        the prompt runs once, its keys and values are repeated for each completion (a
+        differentiable copy, so the gradient is unchanged), and the completions run on top. A
+        plain batched forward would repeat the prompt's work G times, and prompts are about as
+        long as completions here.
+        """
         prompt, width = mb.prompt_ids.size(1), mb.completion_ids.size(1)
-        values = self.value_model(mb.input_ids, mb.attention_mask, mb.position_ids)
-        return values[:, prompt - 1:prompt - 1 + width].float()
+        unique, inverse = torch.unique(mb.prompt_index, return_inverse=True)
+        if len(unique) == len(mb) or self.config.gradient_checkpointing:
+            outputs = forward(mb.input_ids, mb.attention_mask, mb.position_ids, None, width + 1)
+            return outputs[:, :-1]
+        from transformers import DynamicCache
+
+        first = torch.empty_like(unique).scatter_(0, inverse, torch.arange(len(mb),
+                                                                          device=self.device))
+        prompt_mask, cache = mb.prompt_mask[first], DynamicCache()
+        head = forward(mb.prompt_ids[first], prompt_mask,
+                       (prompt_mask.cumsum(-1) - 1).clamp(min=0), cache, 1)[inverse]
+        if width == 1:
+            return head
+        cache.batch_select_indices(inverse)
+        tail = forward(mb.completion_ids[:, :-1], mb.attention_mask[:, :-1],
+                       mb.position_ids[:, prompt:-1], cache, width - 1)
+        return torch.cat([head, tail], dim=1)
 
     # ---- 4. advantages ---------------------------------------------------------------------------
     def _compute_advantages(self, exp: Experience) -> dict:

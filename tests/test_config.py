@@ -58,7 +58,7 @@ def test_bad_values_name_field_and_range(field, value, fragments):
         ({"advantage_estimator": "gae", "importance_sampling_level": "sequence"},
          ["importance_sampling_level='token'"]),
         ({"kl_in_reward": True}, ["beta > 0"]),
-        ({"warmup_ratio": 0.1}, ["constant_with_warmup"]),
+        ({"lr_scheduler_type": "constant", "warmup_ratio": 0.1}, ["constant_with_warmup"]),
         ({"num_mini_batches": 200}, ["num_mini_batches", "prompts_per_step"]),
         ({"micro_batch_size": 500}, ["micro_batch_size", "mini-batch"]),
         ({"save_every": 5}, ["output_dir"]),

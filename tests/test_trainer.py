@@ -149,22 +149,24 @@ def test_no_old_logprob_forward_on_policy(base):
     assert torch.allclose(exp.old_logp[mask], exp.sample_logp[mask], atol=1e-4)
 
 
-def test_a_group_shares_its_prompt_forward_exactly(base):
-    trainer = make_trainer(base, max_steps=1)
+@pytest.mark.parametrize("output", ["logprobs", "values"])
+def test_a_group_shares_its_prompt_forward_exactly(base, output):
+    trainer = make_trainer(base, "ppo", max_steps=1)
+    module = trainer.model if output == "logprobs" else trainer.value_model
     exp, _ = trainer._sample_batch()
     shared = exp.trimmed()
     plain = dataclasses.replace(shared, prompt_index=torch.arange(len(shared)))  # no sharing
-    trainer.model.train()
-    grads = []
+    module.train()
+    results = []
     for mb in (shared, plain):
-        logp = trainer._logprobs(trainer.model, mb)
-        (logp * mb.completion_mask).sum().backward()
-        grads.append({n: p.grad.clone() for n, p in trainer.model.named_parameters()})
-        trainer.model.zero_grad()
-        grads[-1]["logp"] = logp[mb.completion_mask.bool()].detach()
-    for name, value in grads[0].items():
+        out = trainer._logprobs(module, mb) if output == "logprobs" else trainer._values(mb)
+        (out * mb.completion_mask).sum().backward()
+        results.append({n: p.grad.clone() for n, p in module.named_parameters()})
+        module.zero_grad()
+        results[-1]["output"] = out[mb.completion_mask.bool()].detach()
+    for name, value in results[0].items():
         scale = value.abs().max().item()
-        torch.testing.assert_close(value, grads[1][name], rtol=1e-4, atol=1e-5 * scale)
+        torch.testing.assert_close(value, results[1][name], rtol=1e-4, atol=1e-5 * scale)
 
 
 def first_gradient(trainer) -> dict:

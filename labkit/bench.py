@@ -13,8 +13,11 @@ Printed: the median seconds per optimizer step of each (warm-up steps discarded)
 distance from a compute floor, and last, the ratio ``labkit / TRL``. The floor is the step's
 matmul FLOPs (2 x params x tokens for the sampling forwards, 6 x params x tokens for the training
 forward and backward, attention scores included) divided by this machine's float32 matmul
-throughput measured on a large matmul; it ignores memory traffic and per-op overheads, which
-dominate a model this small, so a large distance is expected and the useful number is the ratio.
+throughput measured on a large matmul. It ignores memory traffic and per-op overheads, which
+weigh heavily on a model this small, and it counts the work of a plain implementation: every
+completion's prompt in the training forward and every completion trained. labkit skips part of
+that work without changing the gradient (one prompt forward per group, no training forward for
+zero-advantage completions), so its distance to this floor can approach or fall below 1.
 """
 
 from __future__ import annotations

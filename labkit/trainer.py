@@ -205,8 +205,10 @@ class Trainer:
                                            gradient_checkpointing=cfg.gradient_checkpointing)
         elif tokenizer is None:
             raise ValueError("pass the model's tokenizer along with the model")
-        elif cfg.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
+        elif cfg.gradient_checkpointing:  # transformers 5 renamed it; 4.x has only the old name
+            enable = (getattr(model, "activation_checkpointing_enable", None)
+                      or model.gradient_checkpointing_enable)
+            enable()
             model.config.use_cache = False
         self.model, self.tokenizer = model, tokenizer
         self.device = next(model.parameters()).device

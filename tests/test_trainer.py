@@ -124,6 +124,15 @@ def test_other_estimators_and_kl_run(base):
             assert history["kl_ref"].notna().all()
     ppo = make_trainer(base, "ppo", max_steps=1, beta=0.05, kl_in_reward=True, kl_estimator="k1")
     assert ppo.train().history["kl_ref"].notna().all()
+    checkpointed = make_trainer(base, max_steps=1, gradient_checkpointing=True).train().history
+    assert math.isfinite(checkpointed["grad_norm"].iloc[0])
+
+
+def test_learning_rate_schedule_is_logged(base):
+    history = make_trainer(base, max_steps=4, lr_scheduler_type="cosine",
+                           warmup_ratio=0.25).train().history
+    rates = history["learning_rate"].tolist()  # transformers' warm-up starts from 0
+    assert rates[0] == 0.0 and rates[1] == pytest.approx(3e-4) and rates[3] < rates[2] < rates[1]
 
 
 def test_reference_model_only_when_beta_is_not_zero(base):

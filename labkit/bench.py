@@ -9,6 +9,7 @@ suite's train split with its accuracy and format rewards, 16 prompts x 8 complet
 learning rate, and the same number of CPU threads. TRL runs on the CPU with ``bf16=False``,
 ``use_cpu=True``, ``use_vllm=False``, no gradient checkpointing, no saving and no reporting.
 
+The two trainers take turns, one step each, so that both see the same load on a shared machine.
 Printed: the median seconds per optimizer step of each (warm-up steps discarded), each one's
 distance from a compute floor, and last, the ratio ``labkit / TRL``. The floor is the step's
 matmul FLOPs (2 x params x tokens for the sampling forwards, 6 x params x tokens for the training
@@ -27,6 +28,7 @@ import math
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass, field
 
 import torch
 
@@ -63,8 +65,18 @@ def step_flops(model, prompt_tokens: float, completion_tokens: float, rows: int)
     return forward + 3 * forward  # sampling forwards, then training forward + backward (2x)
 
 
-def run_labkit(model_path: str, dataset, steps: int, warmup: int):
-    """Seconds per step and (prompt, completion) tokens per step of labkit's GRPO."""
+@dataclass
+class Timings:
+    """Per-step measurements of one trainer."""
+
+    seconds: list = field(default_factory=list)
+    prompt_tokens: list = field(default_factory=list)
+    completion_tokens: list = field(default_factory=list)
+    trained: list = field(default_factory=list)
+
+
+def labkit_stepper(model_path: str, dataset, steps: int):
+    """labkit's GRPO with the shared settings; returns (model, timings, step function)."""
     from labkit.config import TrainConfig
     from labkit.models import load_policy
     from labkit.trainer import Trainer
@@ -75,30 +87,31 @@ def run_labkit(model_path: str, dataset, steps: int, warmup: int):
                          max_completion_length=SETTINGS["max_completion_length"],
                          learning_rate=SETTINGS["learning_rate"], loss_type=SETTINGS["loss_type"],
                          beta=0.0, num_iterations=1, temperature=1.0, top_p=1.0, top_k=0,
-                         max_steps=steps + warmup, seed=SETTINGS["seed"], progress=False)
+                         max_steps=steps, seed=SETTINGS["seed"], progress=False)
     trainer = Trainer(config, model=model, tokenizer=tokenizer, train_dataset=dataset)
+    timings = Timings()
     sample = trainer._sample_batch
-    prompt_tokens = []
 
     def counting_sample():
         exp, row = sample()
-        prompt_tokens.append(float(exp.prompt_mask.sum()))
+        timings.prompt_tokens.append(float(exp.prompt_mask.sum()))
+        timings.completion_tokens.append(float(exp.completion_mask.sum()))
         return exp, row
 
     trainer._sample_batch = counting_sample
-    times, history = [], []
-    for _ in range(steps + warmup):
+
+    def step():
         start = time.perf_counter()
-        history.append(trainer.training_step())
-        times.append(time.perf_counter() - start)
-    rows = SETTINGS["prompts"] * SETTINGS["num_generations"]
-    completion_tokens = [row["completion_length"] * rows for row in history]
-    skipped = 1 - statistics.mean(row["completions_trained"] for row in history[warmup:]) / rows
-    return model, times[warmup:], prompt_tokens[warmup:], completion_tokens[warmup:], skipped
+        row = trainer.training_step()
+        timings.seconds.append(time.perf_counter() - start)
+        timings.trained.append(row["completions_trained"])
+
+    return model, timings, step
 
 
-def run_trl(model_path: str, dataset, steps: int, warmup: int):
-    """Seconds per optimizer step and tokens per step of TRL's GRPOTrainer."""
+def run_trl_with(model_path: str, dataset, steps: int, between_steps):
+    """Run TRL's GRPOTrainer for ``steps`` optimizer steps, calling ``between_steps()`` after
+    each (outside TRL's timing), so that both trainers see the same machine load."""
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
@@ -107,27 +120,29 @@ def run_trl(model_path: str, dataset, steps: int, warmup: int):
 
     model, tokenizer = load_policy(model_path, device="cpu", dtype="float32")
     batch = SETTINGS["prompts"] * SETTINGS["num_generations"]
+    timings = Timings()
 
     class StepTimer(TrainerCallback):
         """Times each optimizer step and reads the step's token counts off TRL's metrics."""
 
-        def __init__(self):
-            self.times, self.tokens, self.lengths, self.start, self.seen = [], [], [], None, 0
-            self.trainer = None
+        start, seen, trainer = 0.0, 0, None
 
         def on_step_begin(self, args, state, control, **kwargs):
             self.start = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kwargs):
-            self.times.append(time.perf_counter() - self.start)
-            self.tokens.append(state.num_input_tokens_seen - self.seen)
+            timings.seconds.append(time.perf_counter() - self.start)
+            completion = self.trainer._metrics["train"]["completions/mean_length"][-1] * batch
+            timings.completion_tokens.append(completion)
+            timings.prompt_tokens.append(state.num_input_tokens_seen - self.seen - completion)
+            timings.trained.append(batch)
             self.seen = state.num_input_tokens_seen
-            self.lengths.append(self.trainer._metrics["train"]["completions/mean_length"][-1])
+            between_steps()
 
     timer = StepTimer()
     with tempfile.TemporaryDirectory() as output_dir:
         args = GRPOConfig(
-            output_dir=output_dir, max_steps=steps + warmup, per_device_train_batch_size=batch,
+            output_dir=output_dir, max_steps=steps, per_device_train_batch_size=batch,
             gradient_accumulation_steps=1, num_generations=SETTINGS["num_generations"],
             max_completion_length=SETTINGS["max_completion_length"],
             learning_rate=SETTINGS["learning_rate"], loss_type=SETTINGS["loss_type"], beta=0.0,
@@ -139,10 +154,7 @@ def run_trl(model_path: str, dataset, steps: int, warmup: int):
                               callbacks=[timer])
         timer.trainer = trainer
         trainer.train()
-    completion_tokens = [length * batch for length in timer.lengths]
-    prompt_tokens = [total - completion for total, completion in zip(timer.tokens,
-                                                                       completion_tokens)]
-    return (model, timer.times[warmup:], prompt_tokens[warmup:], completion_tokens[warmup:])
+    return model, timings
 
 
 def main(argv=None) -> None:
@@ -159,28 +171,29 @@ def main(argv=None) -> None:
 
     dataset = load_split("train")
     throughput = matmul_flops_per_second()
+    total = args.steps + args.warmup
     print(f"machine: {torch.get_num_threads()} threads, float32 matmul "
           f"{throughput / 1e9:.1f} GFLOP/s; {SETTINGS['prompts']} prompts x "
           f"{SETTINGS['num_generations']} completions, max {SETTINGS['max_completion_length']} "
-          f"tokens, {args.steps} timed steps after {args.warmup} warm-up")
+          f"tokens, {args.steps} timed steps after {args.warmup} warm-up, the two trainers "
+          f"taking turns step by step")
+    labkit_model, labkit, labkit_step = labkit_stepper(args.model, dataset, total)
+    trl_model, trl = run_trl_with(args.model, dataset, total, labkit_step)
+    rows = SETTINGS["prompts"] * SETTINGS["num_generations"]
     medians = {}
-    for name in ("labkit", "trl"):
-        if name == "labkit":
-            model, times, prompts, completions, skipped = run_labkit(
-                args.model, dataset, args.steps, args.warmup)
-            note = f", {skipped:.0%} of completions skipped the training forward (zero advantage)"
-        else:
-            model, times, prompts, completions = run_trl(args.model, dataset, args.steps,
-                                                         args.warmup)
-            note = ""
-        rows = SETTINGS["prompts"] * SETTINGS["num_generations"]
-        floors = [step_flops(model, p, c, rows) / throughput for p, c in zip(prompts, completions)]
+    for name, model, timings in (("labkit", labkit_model, labkit), ("trl", trl_model, trl)):
+        kept = slice(args.warmup, None)
+        times = timings.seconds[kept]
+        floors = [step_flops(model, p, c, rows) / throughput
+                  for p, c in zip(timings.prompt_tokens[kept], timings.completion_tokens[kept])]
         medians[name] = statistics.median(times)
         floor = statistics.median(floors)
+        trained = statistics.mean(timings.trained[kept]) / rows
         print(f"{name:>6}: median {medians[name]:.3f} s/step (steps: "
               f"{', '.join(f'{t:.2f}' for t in times)}); mean completion "
-              f"{statistics.mean(completions) / rows:.1f} tokens; compute floor {floor:.3f} s, "
-              f"{medians[name] / floor:.1f}x above it{note}")
+              f"{statistics.mean(timings.completion_tokens[kept]) / rows:.1f} tokens; "
+              f"{trained:.0%} of completions in the training forward; compute floor "
+              f"{floor:.3f} s, {medians[name] / floor:.1f}x above it")
     print(f"ratio labkit/trl: {medians['labkit'] / medians['trl']:.2f}")
 
 

@@ -1,6 +1,6 @@
 """Benchmark one GRPO step of labkit against TRL's ``GRPOTrainer`` on the same model and data.
 
-    python -m labkit.bench [--steps 8] [--warmup 2] [--model tiny] [--threads N]
+    python -m labkit.bench [--steps 8] [--warmup 2] [--model tiny] [--threads 1]
 
 Both sides get the same settings: the shipped tiny Qwen (loaded offline, float32), the task
 suite's train split with its accuracy and format rewards, 16 prompts x 8 completions per step,
@@ -162,8 +162,10 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=8, help="timed steps per trainer")
     parser.add_argument("--warmup", type=int, default=2, help="untimed first steps")
     parser.add_argument("--model", default="tiny", help="model path or alias (default: tiny)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads for both (default: torch's choice)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads for both (default 1: the tiny model's matmuls "
+                             "gain little from more, and on a busy machine extra threads spin; "
+                             "0 = torch's choice)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

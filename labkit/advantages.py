@@ -16,6 +16,7 @@ function                       method
 ``batch_normalize``            REINFORCE++-baseline / DLER batch-level scaling, PPO whitening
 ``combine_rewards``            several reward functions: TRL sum-then-normalise or GDPO
 ``gae``                        PPO's generalised advantage estimation and value targets
+``explained_variance``         how much of the returns' spread the critic predicts (PPO diagnostic)
 ``outcome_to_token_rewards``   put a sequence reward on its last token (PPO-RLHF)
 ``kl_penalized_token_rewards`` KL folded into per-token rewards (PPO-RLHF, k1)
 ``kl_penalized_rewards``       KL folded into the sequence reward (RLOO, "Comedy of Estimators")
@@ -45,6 +46,7 @@ import torch
 __all__ = [
     "batch_normalize",
     "combine_rewards",
+    "explained_variance",
     "gae",
     "group_advantages",
     "kl_penalized_rewards",
@@ -561,3 +563,35 @@ def gae(
         next_value = torch.where(valid, vals[:, t], next_value)
     returns = torch.where(m, advantages + vals, 0)
     return advantages, returns
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+    r"""How much of the returns' variance the critic's values explain, over the response tokens.
+
+    .. math:: \mathrm{EV} = 1 - \mathrm{Var}[\hat R_t - V(s_t)]\,/\,\mathrm{Var}[\hat R_t]
+
+    =============  ======  ===============================================
+    name           shape   meaning
+    =============  ======  ===============================================
+    ``values``     (B, T)  the critic's V(s_t) at rollout time
+    ``returns``    (B, T)  the targets, e.g. the second output of ``gae``
+    ``mask``       (B, T)  response mask: only these tokens count
+    returns        scalar  EV as a float
+    =============  ======  ===============================================
+
+    1 is a perfect critic, 0 one no better than a constant (an untrained critic whose head
+    outputs 0 scores exactly 0), negative one worse than a constant. NaN when the returns do not
+    vary (every completion got the same reward): there is nothing to explain. Computed on the
+    rollout's values, before the critic trains on the batch, it is an out-of-sample score (cleanrl
+    logs the same quantity). Population variances (n, not n - 1): the ratio does not depend on it.
+    """
+    m = _check_mask(mask, values)
+    if returns.shape != values.shape:
+        raise ValueError(f"values and returns must have the same shape, got "
+                         f"{tuple(values.shape)} and {tuple(returns.shape)}")
+    target = _as_float(returns).detach()[m]
+    error = target - _as_float(values).detach()[m]
+    spread = target.var(correction=0)
+    if target.numel() == 0 or spread == 0:
+        return float("nan")
+    return float(1 - error.var(correction=0) / spread)

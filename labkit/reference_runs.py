@@ -38,13 +38,19 @@ def load_spec(path: str | Path) -> dict:
 
 
 def run_history(result) -> pd.DataFrame:
-    """The training history with the evaluation columns merged in at their steps."""
+    """The training history with the evaluation columns merged in at their steps.
+
+    One column per metric: the trainer's history already carries the ``eval_*`` values of the
+    steps that evaluated, so those columns are taken from ``eval_history`` alone, which also holds
+    the evaluation of step 0 (the model before training).
+    """
     history = result.history
     evals = result.eval_history
     if evals is None or evals.empty:
         return history
     evals = evals.rename(columns={c: c if c.startswith("eval_") or c == "step" else f"eval_{c}"
                                   for c in evals.columns})
+    history = history.drop(columns=[c for c in evals.columns if c != "step" and c in history])
     return history.merge(evals, on="step", how="outer").sort_values("step", ignore_index=True)
 
 

@@ -569,16 +569,20 @@ def write_splits(out: str | Path) -> list[Path]:
     return paths
 
 
-def load_split(split: str = "train", path: str | Path | None = None):
+def load_split(split: str = "train", path: str | Path | None = None, *, families=None,
+               difficulties=None):
     """The shipped ``train`` or ``eval`` split as a :class:`datasets.Dataset`.
 
     ``path`` may name a jsonl file or a folder holding ``{split}.jsonl``; by default the file is
-    ``tasks/{split}.jsonl`` under :func:`data_dir`.
+    ``tasks/{split}.jsonl`` under :func:`data_dir`. ``families`` and ``difficulties`` keep only
+    those cells of the suite (default: all), in the file's order.
     """
     from datasets import Dataset
 
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    families = _checked_subset("families", families, FAMILIES)
+    difficulties = _checked_subset("difficulties", difficulties, DIFFICULTIES)
     file = Path(path) if path is not None else data_dir() / "tasks"
     if file.is_dir():
         file = file / f"{split}.jsonl"
@@ -587,7 +591,35 @@ def load_split(split: str = "train", path: str | Path | None = None):
                                 f"{file.parent}")
     with file.open(encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()]
+    rows = [row for row in rows
+            if row["family"] in families and row["difficulty"] in difficulties]
     return Dataset.from_list(rows, features=task_features())
+
+
+def _checked_subset(name: str, chosen, allowed: tuple) -> tuple:
+    if chosen is None:
+        return allowed
+    chosen = (chosen,) if isinstance(chosen, (str, int)) else tuple(chosen)
+    unknown = [c for c in chosen if c not in allowed]
+    if unknown or not chosen:
+        raise ValueError(f"{name} must be a non-empty subset of {allowed}, got {chosen!r}")
+    return chosen
+
+
+#: Where the shipped tiny model has headroom: addition and subtraction of difficulty 2 and 3.
+MEDIUM_CELLS = {"families": ("add", "sub"), "difficulties": (2, 3)}
+
+
+def medium_cells(split: str = "train", path: str | Path | None = None):
+    """The ``MEDIUM_CELLS`` of a split: the cells the notebooks' live runs train and evaluate on.
+
+    Why these: the warm-started tiny Qwen solves them sometimes (eval pass@1 13-36% at
+    temperature 1, pass@8 50-100%), so most groups hold both right and wrong answers, and a worked
+    solution beats a direct guess, so RL has something to find within minutes on a CPU (GRPO: +30
+    points in about 25 steps; ``tests/test_learning.py``). On the whole suite half the prompts are
+    never solved and a tenth always, and the same budget buys a few points at most.
+    """
+    return load_split(split, path, **MEDIUM_CELLS)
 
 
 def sft_examples(n: int, seed: int = 0, style_weights: dict | None = None) -> list[dict]:

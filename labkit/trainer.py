@@ -63,6 +63,7 @@ import torch
 
 from labkit.advantages import (
     batch_normalize,
+    explained_variance,
     gae,
     group_advantages,
     kl_penalized_rewards,
@@ -110,6 +111,8 @@ METRICS = {
     "entropy": "mean per-token entropy (nats) of the policy on the completions that trained",
     "value_loss": "PPO critic loss (clipped squared error to the GAE returns)",
     "value_clipfrac": "share of tokens where the clipped value branch was used",
+    "explained_variance": "PPO: 1 - Var(returns - values) / Var(returns) on the step's samples, "
+                          "before the critic trains on them (0: no better than a constant)",
     "grad_norm": "global gradient norm of the policy before clipping (mean over optimizer steps)",
     "value_grad_norm": "global gradient norm of the critic before clipping",
     "skipped_nonfinite": "optimizer steps skipped because the loss or gradient was NaN/inf",
@@ -558,6 +561,7 @@ class Trainer:
             if kl is not None:
                 token_rewards = kl_penalized_token_rewards(token_rewards, kl, cfg.beta, mask)
             advantages, exp.returns = gae(token_rewards, exp.values, mask, cfg.gamma, cfg.lam)
+            metrics["explained_variance"] = explained_variance(exp.values, exp.returns, mask)
             exp.advantages = batch_normalize(advantages, mask)
             return metrics
         if kl is not None:

@@ -22,6 +22,7 @@ function                       what it draws
 ``ratio_spread``               the same simulation as a table
 ``plot_gfpo_filter``           a group's lengths and rewards, GFPO's kept set, its advantages
 ``plot_runs``, ``load_run``    training curves from logged runs, with the regenerating command
+``LivePlot``                   a trainer callback that redraws ``plot_runs`` in place while training
 =============================  =================================================================
 
 Each ``plot_*`` function returns a :class:`matplotlib.figure.Figure`. Figures are created with
@@ -62,6 +63,7 @@ from labkit.losses import (
 from labkit.shaping import overlong_penalty
 
 __all__ = [
+    "LivePlot",
     "aggregation_weights",
     "clip_cases_table",
     "group_advantages_table",
@@ -772,3 +774,37 @@ def plot_runs(runs: Mapping[str, pd.DataFrame],
         fig.supxlabel("\n".join(f"regenerate {n}: {c}" for n, c in commands.items()), x=0.01,
                       ha="left", fontsize="x-small")
     return fig
+
+
+class LivePlot:
+    """Trainer callback: redraw :func:`plot_runs` of the run so far, in one output area.
+
+    ``train(config, callbacks=[LivePlot(("reward", "accuracy"), every=5)])`` draws the curves after
+    every ``every``-th step and after the last one, replacing the previous drawing (no flood of
+    figures). In a notebook it uses IPython's updatable display; elsewhere it does nothing, so a
+    script can keep the callback. ``smooth`` is passed to :func:`plot_runs`.
+    """
+
+    def __init__(self, metrics: Sequence[str] = ("reward", "accuracy", "completion_length"),
+                 every: int = 5, smooth: int = 1, label: str = "this run"):
+        if every < 1:
+            raise ValueError(f"every must be >= 1 (steps between redraws), got {every}")
+        self.metrics, self.every, self.smooth, self.label = tuple(metrics), every, smooth, label
+        self.handle = None
+
+    def __call__(self, trainer, row) -> None:
+        last = row["step"] == trainer.config.max_steps
+        if row["step"] % self.every and not last:
+            return
+        try:
+            from IPython import get_ipython
+            from IPython.display import display
+        except ImportError:
+            return
+        if get_ipython() is None:
+            return
+        fig = plot_runs({self.label: trainer.history}, self.metrics, smooth=self.smooth)
+        if self.handle is None:
+            self.handle = display(fig, display_id=True)
+        else:
+            self.handle.update(fig)

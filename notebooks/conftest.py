@@ -13,8 +13,6 @@ os.environ.setdefault("LABKIT_STATIC", "1")
 # reference logs are not yet measured against the current presets, so CI does not execute them
 # yet. Remove a name from this list when its notebook is finished and passes `pytest <notebook>`.
 collect_ignore = [
-    "03_baselines.ipynb",
-    "04_dapo.ipynb",
     "05_gspo.ipynb",
     "06_gfpo_length.ipynb",
 ]

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from labkit.advantages import (
+    explained_variance,
     batch_normalize,
     combine_rewards,
     gae,
@@ -384,3 +385,19 @@ def test_overlong_penalty_zero_buffer_is_a_step_and_bad_arguments_raise():
         overlong_penalty(torch.tensor([-1]), 10, 2)
     with pytest.raises(ValueError, match="penalty_factor"):
         overlong_penalty(torch.tensor([1]), 10, 2, penalty_factor=-1)
+
+
+def test_explained_variance_scores_perfect_constant_and_bad_critics():
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.bool)
+    returns = torch.tensor([[1.0, 1.0, 1.0, 9.0], [0.0, 0.0, 5.0, 5.0]])
+    # padding holds garbage that must not count
+    assert explained_variance(returns, returns, mask) == pytest.approx(1.0)
+    assert explained_variance(torch.zeros_like(returns), returns, mask) == pytest.approx(0.0)
+    assert explained_variance(torch.full_like(returns, 0.6), returns, mask) == pytest.approx(0.0)
+    # predicting the opposite outcome is worse than any constant
+    assert explained_variance(1 - returns, returns, mask) < 0
+    # half-way there: the error's variance is a quarter of the returns'
+    assert explained_variance(returns / 2, returns, mask) == pytest.approx(0.75)
+    assert math.isnan(explained_variance(torch.zeros(2, 4), torch.ones(2, 4), mask))
+    with pytest.raises(ValueError, match="same shape"):
+        explained_variance(returns, returns[:, :3], mask)

@@ -240,6 +240,22 @@ def test_load_split_paths_and_errors(tmp_path, monkeypatch):
         tasks.load_split("test")
 
 
+def test_load_split_keeps_the_asked_cells_and_names_a_bad_one():
+    rows = tasks.load_split("eval", families="add", difficulties=(2, 3))
+    assert set(zip(rows["family"], rows["difficulty"])) == {("add", 2), ("add", 3)}
+    assert len(rows) == 20
+    medium = tasks.medium_cells("train")
+    assert set(zip(medium["family"], medium["difficulty"])) == {
+        (f, d) for f in tasks.MEDIUM_CELLS["families"] for d in tasks.MEDIUM_CELLS["difficulties"]}
+    assert len(medium) == 400
+    with pytest.raises(ValueError, match="families must be a non-empty subset"):
+        tasks.load_split("eval", families=("addition",))
+    with pytest.raises(ValueError, match="difficulties"):
+        tasks.load_split("eval", difficulties=(5,))
+    with pytest.raises(ValueError, match="families"):
+        tasks.load_split("eval", families=())
+
+
 def test_sft_examples_avoid_eval_and_follow_style_weights():
     held_out = {p.question for p in tasks.eval_problems()}
     examples = tasks.sft_examples(2000, seed=0)

@@ -89,7 +89,7 @@ def test_every_preset_trains_with_finite_metrics(base, name):
     before = weights(trainer.model)
     history = trainer.train().history
     assert len(history) == 3 and list(history["step"]) == [1, 2, 3]
-    expected = COMMON | ({"value_loss", "value_clipfrac", "value_grad_norm"}
+    expected = COMMON | ({"value_loss", "value_clipfrac", "value_grad_norm", "explained_variance"}
                          if name == "ppo" else set())
     assert expected <= set(history.columns)
     assert set(history.columns) - {"reward_length"} <= set(METRICS)

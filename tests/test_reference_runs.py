@@ -1,0 +1,43 @@
+"""Reference runs: a spec trains, and its CSV holds one column per metric with the command on top."""
+
+import json
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from labkit.models import TINY_MODEL_DIR
+from labkit.reference_runs import load_spec, run_history, run_spec
+from labkit.viz import load_run
+
+
+def test_run_history_keeps_one_copy_of_each_eval_column_and_step_zero():
+    # the trainer's history repeats the eval metrics at the steps that evaluated
+    history = pd.DataFrame({"step": [1, 2], "reward": [0.1, 0.2], "eval_accuracy": [None, 0.5]})
+    evals = pd.DataFrame({"step": [0, 2], "eval_accuracy": [0.25, 0.5], "length": [10.0, 12.0]})
+    merged = run_history(SimpleNamespace(history=history, eval_history=evals))
+    assert list(merged["step"]) == [0, 1, 2]
+    assert not [c for c in merged if c.endswith(("_x", "_y"))]
+    assert merged["eval_accuracy"].tolist()[0] == 0.25 and merged["eval_accuracy"].tolist()[2] == 0.5
+    assert merged["eval_length"].tolist()[2] == 12.0
+
+
+def test_a_spec_needs_a_preset(tmp_path):
+    spec = tmp_path / "bad.json"
+    spec.write_text(json.dumps({"overrides": {"max_steps": 1}}))
+    with pytest.raises(ValueError, match="'preset'"):
+        load_spec(spec)
+
+
+@pytest.mark.skipif(not TINY_MODEL_DIR.exists(), reason="the shipped tiny model is missing")
+def test_run_spec_writes_a_log_that_load_run_reads_back(tmp_path):
+    spec = tmp_path / "tiny_grpo.json"
+    spec.write_text(json.dumps({"preset": "grpo", "overrides": {
+        "max_steps": 2, "eval_every": 2, "eval_max_prompts": 4, "eval_k": 1,
+        "prompts_per_step": 2, "num_generations": 2, "max_completion_length": 16, "seed": 0}}))
+    out = run_spec(spec, threads=1)
+    df = load_run(out)
+    assert df.attrs["command"] == f"python -m labkit.reference_runs {spec.as_posix()}"
+    assert list(df["step"]) == [0, 1, 2]
+    assert df["eval_accuracy"].notna().tolist() == [True, False, True]
+    assert not [c for c in df if c.endswith(("_x", "_y"))]

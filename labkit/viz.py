@@ -22,6 +22,7 @@ function                       what it draws
 ``ratio_spread``               the same simulation as a table
 ``plot_gfpo_filter``           a group's lengths and rewards, GFPO's kept set, its advantages
 ``plot_runs``, ``load_run``    training curves from logged runs, with the regenerating command
+``runs_summary``               a table of logged runs: start, end and best eval accuracy, length...
 ``LivePlot``                   a trainer callback that redraws ``plot_runs`` in place while training
 =============================  =================================================================
 
@@ -78,6 +79,7 @@ __all__ = [
     "plot_ratio_spread",
     "plot_runs",
     "ratio_spread",
+    "runs_summary",
 ]
 
 RATIO_LABEL = r"probability ratio $r = \pi_\theta / \pi_{old}$"
@@ -729,6 +731,32 @@ def load_run(path) -> pd.DataFrame:
     df = pd.read_csv(path, skiprows=skip)
     df.attrs.update(header)
     return df
+
+
+def runs_summary(runs: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """One column per run: steps, completions that trained, seconds per step, eval accuracy and
+    length at the start and the end, and the best eval accuracy.
+
+    ``runs`` maps a name to a history with evaluation columns (``TrainResult.history`` merged with
+    its evaluations, or a reference log from :func:`load_run`). Rows without a ``reward`` are
+    evaluation-only rows (step 0); rows without ``eval_accuracy`` did not evaluate.
+    """
+    rows = {}
+    for name, df in runs.items():
+        missing = {"reward", "eval_accuracy", "eval_length"} - set(df.columns)
+        if missing:
+            raise ValueError(f"run {name!r} has no {sorted(missing)} column(s); runs_summary "
+                             f"needs a log with evaluations (labkit.reference_runs writes them)")
+        steps, evals = df.dropna(subset=["reward"]), df.dropna(subset=["eval_accuracy"])
+        rows[name] = {"steps": int(steps["step"].max()),
+                      "completions with a gradient per step": steps["completions_trained"].mean(),
+                      "seconds per step (wall)": steps["step_time"].mean(),
+                      "eval accuracy, start": evals["eval_accuracy"].iloc[0],
+                      "eval accuracy, end": evals["eval_accuracy"].iloc[-1],
+                      "best eval accuracy": evals["eval_accuracy"].max(),
+                      "eval length, start": evals["eval_length"].iloc[0],
+                      "eval length, end": evals["eval_length"].iloc[-1]}
+    return pd.DataFrame(rows).round(3)
 
 
 def plot_runs(runs: Mapping[str, pd.DataFrame],

@@ -24,16 +24,13 @@ import torch
 
 from labkit.config import preset
 from labkit.models import TINY_MODEL_DIR, load_policy
-from labkit.tasks import load_split
+from labkit.tasks import medium_cells
 from labkit.trainer import train
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not TINY_MODEL_DIR.exists(), reason="the shipped tiny model is missing"),
 ]
-
-FAMILIES, DIFFICULTIES = ("add", "sub"), (2, 3)
-
 
 @pytest.fixture(autouse=True)
 def one_thread():
@@ -42,11 +39,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-def medium_cells(split: str):
-    return load_split(split).filter(
-        lambda row: row["family"] in FAMILIES and row["difficulty"] in DIFFICULTIES)
 
 
 def run(name: str, steps: int, eval_k: int):

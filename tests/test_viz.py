@@ -316,3 +316,28 @@ def test_figures_render_as_png_in_ipython():
         plt.close(fig)
     finally:
         InteractiveShell.clear_instance()
+
+
+def test_runs_summary_reads_start_end_and_best_from_a_reference_log(tmp_path):
+    log = tmp_path / "run.csv"
+    log.write_text("# command: python -m labkit.reference_runs run.json\n"
+                   "step,reward,completions_trained,step_time,eval_accuracy,eval_length\n"
+                   "0,,,,0.25,20\n1,1.0,64,2.0,,\n2,1.5,32,4.0,0.5,30\n3,1.2,48,3.0,0.4,28\n")
+    table = viz.runs_summary({"a": viz.load_run(log)})
+    column = table["a"]
+    assert column["steps"] == 3 and column["completions with a gradient per step"] == 48
+    assert column["seconds per step (wall)"] == 3.0
+    assert (column["eval accuracy, start"], column["eval accuracy, end"]) == (0.25, 0.4)
+    assert column["best eval accuracy"] == 0.5
+    assert (column["eval length, start"], column["eval length, end"]) == (20, 28)
+    with pytest.raises(ValueError, match="'b' has no"):
+        viz.runs_summary({"b": pd.DataFrame({"step": [1], "reward": [0.0]})})
+
+
+def test_live_plot_checks_its_period_and_is_silent_outside_ipython():
+    with pytest.raises(ValueError, match="every"):
+        viz.LivePlot(every=0)
+    plot = viz.LivePlot(("reward",), every=2)
+    trainer = type("T", (), {"config": type("C", (), {"max_steps": 3})(), "history": None})()
+    plot(trainer, {"step": 2})  # no IPython shell under pytest: nothing is drawn, nothing raises
+    assert plot.handle is None

@@ -127,8 +127,10 @@ def _panels(axes, n: int, ncols: int | None = None, width: float = 4.0, height: 
         ncols = n if ncols is None else ncols
         nrows = -(-n // ncols)
         fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
-        grid = fig.subplots(nrows, ncols, squeeze=False, sharex=sharex)
-        return fig, list(grid.ravel())
+        grid = list(fig.subplots(nrows, ncols, squeeze=False, sharex=sharex).ravel())
+        for spare in grid[n:]:  # a last row that is not full: no empty frames
+            fig.delaxes(spare)
+        return fig, grid[:n]
     given = [axes] if isinstance(axes, Axes) else list(np.ravel(axes))
     if len(given) != n:
         raise ValueError(f"this figure needs {n} axes, got {len(given)}")
@@ -733,6 +735,19 @@ def load_run(path) -> pd.DataFrame:
     return df
 
 
+# Units of the logged metrics, for the y axes of plot_runs (a metric not listed is a plain number).
+_METRIC_UNITS = {
+    "completion_length": "tokens", "completion_length_max": "tokens", "eval_length": "tokens",
+    "reward_length": "tokens", "entropy": "nats per token", "kl_old": "nats per token",
+    "kl_ref": "nats per token", "step_time": "s", "generation_time": "s",
+    "tokens_per_second": "tokens / s", "peak_memory_mb": "MiB", "accuracy": "fraction",
+    "eval_accuracy": "fraction", "eval_pass@k": "fraction", "clip_low": "fraction of tokens",
+    "clip_high": "fraction of tokens", "clip_region": "fraction of tokens",
+    "frac_reward_zero_std": "fraction of groups", "truncation_rate": "fraction",
+    "eval_truncation": "fraction", "value_clipfrac": "fraction of tokens",
+}
+
+
 def runs_summary(runs: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """One column per run: steps, completions that trained, seconds per step, eval accuracy and
     length at the start and the end, and the best eval accuracy.
@@ -791,8 +806,10 @@ def plot_runs(runs: Mapping[str, pd.DataFrame],
                 ax.plot(xs, y, color=f"C{k}", alpha=0.25, lw=1)
                 y = y.rolling(smooth, min_periods=1).mean()
             ax.plot(xs, y, color=f"C{k}", label=name)
+        unit = _METRIC_UNITS.get(metric)
         ax.set(title=metric + (f" (moving average of {smooth})" if smooth > 1 else ""),
-               xlabel="training step" if x == "step" else x, ylabel=metric)
+               xlabel="training step" if x == "step" else x,
+               ylabel=f"{metric} ({unit})" if unit else metric)
         ax.legend(fontsize="x-small")
     commands = {name: df.attrs["command"] for name, df in runs.items() if df.attrs.get("command")}
     if len(set(commands.values())) == 1:

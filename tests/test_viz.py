@@ -341,3 +341,14 @@ def test_live_plot_checks_its_period_and_is_silent_outside_ipython():
     trainer = type("T", (), {"config": type("C", (), {"max_steps": 3})(), "history": None})()
     plot(trainer, {"step": 2})  # no IPython shell under pytest: nothing is drawn, nothing raises
     assert plot.handle is None
+
+
+def test_plot_runs_labels_units_and_leaves_no_empty_panel():
+    history = pd.DataFrame({"step": [1, 2], "accuracy": [0.1, 0.2], "entropy": [0.3, 0.2],
+                            "completion_length": [10, 12], "value_loss": [0.5, 0.1]})
+    fig = viz.plot_runs({"run": history},
+                        ("accuracy", "entropy", "completion_length", "value_loss"))
+    assert len(fig.axes) == 4  # a 3 + 1 grid keeps no empty frames
+    labels = [ax.get_ylabel() for ax in fig.axes]
+    assert labels == ["accuracy (fraction)", "entropy (nats per token)",
+                      "completion_length (tokens)", "value_loss"]

@@ -590,8 +590,8 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
         raise ValueError(f"values and returns must have the same shape, got "
                          f"{tuple(values.shape)} and {tuple(returns.shape)}")
     target = _as_float(returns).detach()[m]
-    error = target - _as_float(values).detach()[m]
-    spread = target.var(correction=0)
-    if target.numel() == 0 or spread == 0:
+    spread = target.var(correction=0) if target.numel() else target.new_zeros(())
+    if spread == 0:
         return float("nan")
+    error = target - _as_float(values).detach()[m]
     return float(1 - error.var(correction=0) / spread)

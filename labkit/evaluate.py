@@ -22,7 +22,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from labkit.rewards import accuracy_reward, format_reward
+from labkit.rewards import accuracy_reward, format_reward, per_completion
 from labkit.rollout import generate
 
 GROUP_COLUMNS = ("family", "difficulty")
@@ -43,8 +43,7 @@ def sample_answers(model, tokenizer, dataset, *, k: int = 4, temperature: float 
         roll = generate(model, tokenizer, rows["prompt"], num_generations=k,
                         max_completion_length=max_completion_length, temperature=temperature,
                         top_p=top_p, greedy=greedy, generator=generator)
-        columns = {c: [v for v in rows[c] for _ in range(k)] for c in rows if c != "prompt"}
-        prompts = [p for p in rows["prompt"] for _ in range(k)]
+        prompts, columns = per_completion(rows, k)
         correct = accuracy_reward(prompts, roll.texts, **columns)
         formatted = format_reward(prompts, roll.texts, **columns)
         for i, text in enumerate(roll.texts):

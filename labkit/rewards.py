@@ -113,6 +113,20 @@ def _function_name(fn) -> str:
     return getattr(fn, "__name__", None) or repr(fn)
 
 
+def per_completion(rows: dict, num_generations: int) -> tuple[list, dict]:
+    """Spread a batch of dataset rows over its completions, as reward functions receive them.
+
+    ``rows`` maps a column name to one value per prompt (a sliced :class:`datasets.Dataset`);
+    each prompt has ``num_generations`` consecutive completions. Returns ``(prompts, columns)``:
+    the prompt of every completion, and every other column repeated the same way, ready for
+    ``fn(prompts, completions, **columns)`` (TRL's reward signature).
+    """
+    def repeat(values):
+        return [v for v in values for _ in range(num_generations)]
+
+    return repeat(rows["prompt"]), {k: repeat(v) for k, v in rows.items() if k != "prompt"}
+
+
 def combine_rewards_by_weight(funcs, weights, prompts, completions, **columns):
     """Run each reward function and sum the rewards with ``weights``, as TRL's GRPOTrainer does.
 

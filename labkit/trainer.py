@@ -81,7 +81,12 @@ from labkit.filters import dynamic_sampling_mask, gfpo_advantages, gfpo_filter
 from labkit.logprobs import logprobs_and_entropy, token_logprobs
 from labkit.losses import kl_estimate, policy_loss, value_loss
 from labkit.models import ValueModel, load_policy
-from labkit.rewards import accuracy_reward, combine_rewards_by_weight, format_reward
+from labkit.rewards import (
+    accuracy_reward,
+    combine_rewards_by_weight,
+    format_reward,
+    per_completion,
+)
 from labkit.rollout import generate
 from labkit.shaping import overlong_penalty
 from labkit.tasks import load_split
@@ -394,12 +399,10 @@ class Trainer:
         correctness (N,) of the completions of the prompts in ``data`` (dataset columns),
         ``group`` consecutive completions per prompt."""
         cfg = self.config
-        prompts = [p for p in data["prompt"] for _ in range(group)]
+        prompts, columns = per_completion(data, group)
         completions = rollout.texts
         if prompts and not isinstance(prompts[0], str):  # conversational, as TRL passes them
             completions = [[{"role": "assistant", "content": text}] for text in completions]
-        columns = {k: [v for v in values for _ in range(group)]
-                   for k, values in data.items() if k != "prompt"}
         per_function, totals = combine_rewards_by_weight(
             self.reward_funcs, cfg.reward_weights, prompts, completions, **columns)
         if accuracy_reward in self.reward_funcs:

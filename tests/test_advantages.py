@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from labkit.advantages import (
-    explained_variance,
     batch_normalize,
     combine_rewards,
+    explained_variance,
     gae,
     group_advantages,
     kl_penalized_rewards,

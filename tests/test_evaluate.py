@@ -21,22 +21,21 @@ def small_eval():
     return ds.select(sorted(first.values()))  # one prompt per family x difficulty
 
 
-def test_same_seed_same_table_and_samples(policy, small_eval):
+def seeded(policy, dataset, seed):
+    """The table and samples of a small k = 2 evaluation with ``seed``."""
     model, tok = policy
-    a, sa = evaluate(model, tok, small_eval, k=2, max_completion_length=48, seed=3,
-                     return_samples=True)
-    b, sb = evaluate(model, tok, small_eval, k=2, max_completion_length=48, seed=3,
-                     return_samples=True)
+    return evaluate(model, tok, dataset, k=2, max_completion_length=48, seed=seed,
+                    return_samples=True)
+
+
+def test_same_seed_same_table_and_samples(policy, small_eval):
+    (a, sa), (b, sb) = seeded(policy, small_eval, 3), seeded(policy, small_eval, 3)
     assert sa.text.tolist() == sb.text.tolist()
     assert a.equals(b)
 
 
 def test_other_seed_other_samples(policy, small_eval):
-    model, tok = policy
-    _, sa = evaluate(model, tok, small_eval, k=2, max_completion_length=48, seed=3,
-                     return_samples=True)
-    _, sb = evaluate(model, tok, small_eval, k=2, max_completion_length=48, seed=4,
-                     return_samples=True)
+    (_, sa), (_, sb) = seeded(policy, small_eval, 3), seeded(policy, small_eval, 4)
     assert sa.text.tolist() != sb.text.tolist()
 
 

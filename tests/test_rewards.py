@@ -12,6 +12,7 @@ from labkit.rewards import (
     combine_rewards_by_weight,
     extract_answer,
     format_reward,
+    per_completion,
 )
 from labkit.tasks import FAMILIES, generate_problems, solution_text, to_row
 
@@ -125,6 +126,13 @@ def test_random_garbage_never_raises():
              + "</answer>" for _ in range(300)]
     rows = [ROWS[i % 20] for i in range(300)]
     assert set(accuracy_reward(**batch(texts, rows))) <= {0.0, 1.0}
+
+
+def test_per_completion_repeats_each_prompt_row_for_its_completions():
+    rows = {"prompt": ["p0", "p1"], "answer": ["1", "2"], "difficulty": [1, 3]}
+    prompts, columns = per_completion(rows, 3)
+    assert prompts == ["p0"] * 3 + ["p1"] * 3
+    assert columns == {"answer": ["1"] * 3 + ["2"] * 3, "difficulty": [1] * 3 + [3] * 3}
 
 
 def test_combine_rewards_by_weight_sums_like_trl():

@@ -32,14 +32,17 @@ TINY_MODEL_DIR = DATA_DIR / "models" / "tiny-qwen"
 #: Short names accepted by :func:`load_policy` in place of a path or hub id.
 ALIASES = {"tiny": TINY_MODEL_DIR}
 
-# Special tokens of the character tokenizer. The chat tokens are Qwen's own; the format tags are
-# single tokens so that a format reward and the answer extraction see them atomically, as they do
-# in a real Qwen3 vocabulary (where <think> and </think> are added tokens).
+# The chat-control tokens are Qwen's own and *special*: decoders with skip_special_tokens=True
+# (TRL's GRPOTrainer, vLLM, pipelines) drop them. The format tags are single *added* tokens that are
+# not special, as <think> and </think> are in Qwen3's vocabulary: a format reward and the answer
+# extraction see them atomically, and every decoder keeps them in the text it hands to rewards.
 PAD_TOKEN = "<|endoftext|>"
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 UNK_TOKEN = "<unk>"
+CONTROL_TOKENS = (PAD_TOKEN, IM_START, IM_END, UNK_TOKEN)
 FORMAT_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
-SPECIAL_TOKENS = (PAD_TOKEN, IM_START, IM_END, UNK_TOKEN, *FORMAT_TAGS)
+#: Every token matched whole before the character lookup: ids 0..7, in this order.
+SPECIAL_TOKENS = (*CONTROL_TOKENS, *FORMAT_TAGS)
 #: Every ordinary character the tokenizer knows: newline and printable ASCII.
 CHARACTERS = "\n" + "".join(chr(c) for c in range(0x20, 0x7F))
 
@@ -55,28 +58,31 @@ CHAT_TEMPLATE = (
 def build_char_tokenizer():
     """Build the tiny model's character-level tokenizer as a ``transformers`` fast tokenizer.
 
-    Ids 0..7 are the special tokens (pad, chat markers, unknown, the four format tags), then one id
-    per character of :data:`CHARACTERS`. Any other character (non-ASCII) maps to ``<unk>``.
+    Ids 0..3 are the chat-control tokens (pad, ``<|im_start|>``, ``<|im_end|>``, unknown), special
+    as in Qwen; ids 4..7 the four format tags, added but *not* special (Qwen3's ``<think>`` is
+    the same kind), so ``decode(..., skip_special_tokens=True)`` keeps them; then one id per
+    character of :data:`CHARACTERS`. Any other character (non-ASCII) maps to ``<unk>``.
     ``eos_token`` is ``<|im_end|>``, so generation stops at the end of the assistant turn, as with
     Qwen's instruct models.
     """
-    from tokenizers import Tokenizer, decoders, models
+    from tokenizers import AddedToken, Tokenizer, decoders, models
     from transformers import PreTrainedTokenizerFast
 
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
     for ch in CHARACTERS:
         vocab[ch] = len(vocab)
-    # A BPE model with no merges is exactly a character lookup; special tokens are matched whole
+    # A BPE model with no merges is exactly a character lookup; added tokens are matched whole
     # before it runs, and Fuse() joins characters back without inserting spaces.
     core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK_TOKEN))
-    core.add_special_tokens(list(SPECIAL_TOKENS))
+    core.add_special_tokens(list(CONTROL_TOKENS))
+    core.add_tokens([AddedToken(tag, special=False, normalized=False) for tag in FORMAT_TAGS])
     core.decoder = decoders.Fuse()
     tok = PreTrainedTokenizerFast(
         tokenizer_object=core,
         pad_token=PAD_TOKEN,
         eos_token=IM_END,
         unk_token=UNK_TOKEN,
-        additional_special_tokens=list(FORMAT_TAGS) + [IM_START],
+        additional_special_tokens=[IM_START],
         padding_side="left",
         clean_up_tokenization_spaces=False,
         model_max_length=512,

@@ -35,6 +35,39 @@ def test_format_tags_are_single_tokens(tokenizer):
         assert len(ids) == 1, f"{tag} should be one token, got {ids}"
 
 
+@pytest.fixture(scope="module")
+def shipped_tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(TINY_MODEL_DIR)
+
+
+@pytest.mark.parametrize("which", ["built", "shipped"])
+def test_format_tags_survive_skip_special_tokens(tokenizer, shipped_tokenizer, which):
+    """TRL, vLLM and pipelines decode with skip_special_tokens=True: the tags must stay in the
+    text the reward functions read, while the chat template's control tokens still vanish."""
+    tok = tokenizer if which == "built" else shipped_tokenizer
+    answer = "<think>1+2</think><answer>3</answer>"
+    ids = tok(answer, add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids, skip_special_tokens=True) == answer
+    chat = tok.apply_chat_template([{"role": "user", "content": "1+2=?"},
+                                    {"role": "assistant", "content": answer}], tokenize=False)
+    decoded = tok.decode(tok(chat, add_special_tokens=False)["input_ids"],
+                         skip_special_tokens=True)
+    assert decoded == f"user\n1+2=?\nassistant\n{answer}\n"
+    for control in ("<|im_start|>", "<|im_end|>", "<|endoftext|>"):
+        assert control in tok.all_special_tokens
+    for tag in FORMAT_TAGS:
+        assert tag not in tok.all_special_tokens
+
+
+def test_shipped_tokenizer_is_the_built_one(tokenizer, shipped_tokenizer):
+    """data/models/tiny-qwen holds what build_char_tokenizer builds, token for token."""
+    assert shipped_tokenizer.get_vocab() == tokenizer.get_vocab()
+    assert ({i: (t.content, t.special) for i, t in shipped_tokenizer.added_tokens_decoder.items()}
+            == {i: (t.content, t.special) for i, t in tokenizer.added_tokens_decoder.items()})
+
+
 def test_non_ascii_maps_to_unknown(tokenizer):
     ids = tokenizer("é", add_special_tokens=False)["input_ids"]
     assert ids == [tokenizer.unk_token_id]

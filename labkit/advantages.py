@@ -57,7 +57,10 @@ __all__ = [
     "rloo_advantages",
 ]
 
-_SCALES = ("group", "batch", "none")
+#: ``scale_rewards`` values (TRL's names): the advantage denominator.
+SCALE_REWARDS = ("group", "batch", "none")
+#: ``multi_objective_aggregation`` values (TRL's names): TRL's default, or GDPO's.
+MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
 
 
 # --------------------------------------------------------------------------------------------
@@ -71,9 +74,9 @@ def _as_scale(scale_rewards) -> str:
         return "group"
     if scale_rewards is False:
         return "none"
-    if scale_rewards not in _SCALES:
+    if scale_rewards not in SCALE_REWARDS:
         raise ValueError(
-            f"scale_rewards must be one of {_SCALES} (or True/False), got {scale_rewards!r}"
+            f"scale_rewards must be one of {SCALE_REWARDS} (or True/False), got {scale_rewards!r}"
         )
     return scale_rewards
 
@@ -381,8 +384,8 @@ def combine_rewards(
     ignored by ``"normalize_then_sum"``, whose two normalisations are fixed by the method (as in
     TRL). Differs from TRL only by exact zeros for constant groups (see :func:`group_advantages`).
     """
-    if mode not in ("sum_then_normalize", "normalize_then_sum"):
-        raise ValueError(f"mode must be 'sum_then_normalize' or 'normalize_then_sum', got {mode!r}")
+    if mode not in MULTI_OBJECTIVE_AGGREGATIONS:
+        raise ValueError(f"mode must be one of {MULTI_OBJECTIVE_AGGREGATIONS}, got {mode!r}")
     scale = _as_scale(scale_rewards)
     if rewards_per_func.dim() != 2:
         raise ValueError(

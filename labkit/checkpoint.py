@@ -4,108 +4,206 @@ A checkpoint folder holds
 
 ==========================  ====================================================================
 ``model/``                  the policy and tokenizer, ``save_pretrained`` (loadable on its own
-                            with :func:`labkit.models.load_policy`)
+                            with :func:`labkit.models.load_policy`; LoRA runs save the adapter)
 ``value_model.pt``          PPO's critic (state dict), when there is one
-``ref_model.pt``            the frozen reference (state dict), when ``beta != 0``: it is the
-                            *initial* policy, which the saved policy no longer is
+``ref_model.pt``            the frozen reference (state dict), when there is a separate one: it is
+                            the *initial* policy (or the last reset), which the saved policy is not
 ``trainer_state.pt``        optimizer, scheduler, RNG states (python, torch CPU, CUDA, the
                             sampling generator), the prompt sampler's position, the step counter,
                             the non-finite streak and the configuration
 ``history.parquet``         the metrics rows so far (parquet keeps floats bit for bit)
 ``eval_history.parquet``    the evaluation rows so far
+``manifest.json``           the SHA-256 of every file above, checked when the folder is loaded
 ==========================  ====================================================================
+
+Safety, since a checkpoint is the thing a crash must not take away:
+
+* **No code runs on load.** Every ``.pt`` file is read with ``torch.load(weights_only=True)``,
+  which only rebuilds tensors and plain Python containers; a crafted file cannot execute anything.
+* **Atomic saves.** A checkpoint is written to a ``<name>.partial`` folder beside its destination
+  and renamed into place only when complete (an older folder of the same name is moved aside
+  first and deleted last), so a kill or a second Ctrl-C mid-save leaves the previous checkpoint
+  readable.
+* **Checked loads.** A flipped byte, a missing or a truncated file gives an error that names the
+  checkpoint and the file, not a raw library traceback.
 
 On CPU, resuming from a checkpoint reproduces the uninterrupted run's metrics exactly.
 """
 
 from __future__ import annotations
 
-import random
+import hashlib
+import json
+import os
+import shutil
 from pathlib import Path
 
 import pandas as pd
 import torch
 
 STATE_FILE = "trainer_state.pt"
+MANIFEST_FILE = "manifest.json"
 
 
-def capture_rng(generator: torch.Generator) -> dict:
-    """The state of every random number generator a step draws from."""
-    state = {"python": random.getstate(), "torch": torch.get_rng_state(),
-             "generator": generator.get_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def restore_rng(state: dict, generator: torch.Generator) -> None:
-    """Put back the states saved by :func:`capture_rng`."""
-    random.setstate(state["python"])
-    torch.set_rng_state(state["torch"])
-    generator.set_state(state["generator"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+class CheckpointError(RuntimeError):
+    """A checkpoint folder that cannot be loaded: corrupt, incomplete or from another run."""
 
 
 def save_checkpoint(directory, *, model, tokenizer, state: dict, history: pd.DataFrame,
                     eval_history: pd.DataFrame, value_model=None, ref_model=None) -> Path:
-    """Write a checkpoint folder (see the module docstring) and return its path."""
+    """Write a checkpoint folder (see the module docstring) atomically; return its path."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(directory / "model")
-    tokenizer.save_pretrained(directory / "model")
+    partial = directory.with_name(directory.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    model.save_pretrained(partial / "model")
+    tokenizer.save_pretrained(partial / "model")
     if value_model is not None:
-        torch.save(value_model.state_dict(), directory / "value_model.pt")
+        torch.save(value_model.state_dict(), partial / "value_model.pt")
     if ref_model is not None:
-        torch.save(ref_model.state_dict(), directory / "ref_model.pt")
-    torch.save(state, directory / STATE_FILE)
-    history.to_parquet(directory / "history.parquet")
-    eval_history.to_parquet(directory / "eval_history.parquet")
+        torch.save(ref_model.state_dict(), partial / "ref_model.pt")
+    torch.save(state, partial / STATE_FILE)
+    history.to_parquet(partial / "history.parquet")
+    eval_history.to_parquet(partial / "eval_history.parquet")
+    manifest = {path.relative_to(partial).as_posix(): _sha256(path)
+                for path in sorted(partial.rglob("*")) if path.is_file()}
+    (partial / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
+    _replace_folder(partial, directory)
     return directory
 
 
-def load_checkpoint(directory, *, model, value_model=None, ref_model=None):
-    """Load the weights of a checkpoint into the given modules (in place).
+def _replace_folder(source: Path, destination: Path) -> None:
+    """Move ``source`` to ``destination``; an existing destination is moved aside first and
+    deleted only once the new folder is in place (``os.replace`` cannot overwrite a non-empty
+    folder on every platform)."""
+    old = destination.with_name(destination.name + ".old")
+    if old.exists():
+        shutil.rmtree(old)
+    if destination.exists():
+        os.replace(destination, old)
+    os.replace(source, destination)
+    if old.exists():
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_checkpoint(directory) -> None:
+    """Check every file of a checkpoint folder against its manifest; raise
+    :class:`CheckpointError` naming the first file that is missing or differs."""
+    directory = Path(directory)
+    manifest_path = directory / MANIFEST_FILE
+    if not (directory / STATE_FILE).exists():
+        raise FileNotFoundError(f"{directory} is not a labkit checkpoint (no {STATE_FILE})")
+    if not manifest_path.exists():
+        raise CheckpointError(f"checkpoint {directory} has no {MANIFEST_FILE}: it was not "
+                              f"written completely (or by an older labkit); use an earlier one")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"checkpoint {directory}: {MANIFEST_FILE} is corrupt "
+                              f"({error})") from error
+    for name, expected in manifest.items():
+        path = directory / name
+        if not path.is_file():
+            raise CheckpointError(f"checkpoint {directory}: {name} is missing")
+        if _sha256(path) != expected:
+            raise CheckpointError(f"checkpoint {directory}: {name} does not match its checksum "
+                                  f"(the file was changed or damaged after saving)")
+
+
+def load_state(directory) -> dict:
+    """The verified trainer state of a checkpoint (tensors on the CPU), without touching any
+    model: read it to compare a checkpoint's configuration before loading weights."""
+    directory = Path(directory)
+    verify_checkpoint(directory)
+    return _torch_load(directory / STATE_FILE, directory)
+
+
+def load_checkpoint(directory, *, model, value_model=None, ref_model=None, verify: bool = True):
+    """Verify a checkpoint (skip with ``verify=False`` right after :func:`load_state`) and load
+    its weights into the given modules (in place).
 
     Returns ``(state, history, eval_history)``: the trainer state dict of
     :func:`save_checkpoint` (tensors on the CPU) and the two metric tables.
     """
     directory = Path(directory)
-    if not (directory / STATE_FILE).exists():
-        raise FileNotFoundError(f"{directory} is not a labkit checkpoint (no {STATE_FILE})")
-    _load_pretrained_weights(model, directory / "model")
+    if verify:
+        verify_checkpoint(directory)
+    state = _torch_load(directory / STATE_FILE, directory)
+    _load_pretrained_weights(model, directory / "model", directory)
     for module, name in ((value_model, "value_model.pt"), (ref_model, "ref_model.pt")):
         if module is None:
             continue
         if not (directory / name).exists():
-            raise FileNotFoundError(f"{directory / name} is missing: the checkpoint was saved by "
-                                    f"a run without this model (another advantage_estimator or "
-                                    f"beta)")
-        module.load_state_dict(torch.load(directory / name, map_location="cpu", weights_only=True))
-    state = torch.load(directory / STATE_FILE, map_location="cpu", weights_only=False)
-    history = pd.read_parquet(directory / "history.parquet")
-    eval_history = pd.read_parquet(directory / "eval_history.parquet")
+            raise CheckpointError(f"{directory / name} is missing: the checkpoint was saved by "
+                                  f"a run without this model (another advantage_estimator or "
+                                  f"beta)")
+        try:
+            module.load_state_dict(_torch_load(directory / name, directory))
+        except RuntimeError as error:
+            raise CheckpointError(f"checkpoint {directory}: {name} does not fit this run's "
+                                  f"model ({error})") from error
+    try:
+        history = pd.read_parquet(directory / "history.parquet")
+        eval_history = pd.read_parquet(directory / "eval_history.parquet")
+    except Exception as error:  # pyarrow raises several types for a damaged file
+        raise CheckpointError(f"checkpoint {directory}: cannot read its history "
+                              f"({type(error).__name__}: {error})") from error
     return state, history, eval_history
 
 
-def _load_pretrained_weights(model, folder: Path) -> None:
+def _torch_load(path: Path, directory: Path):
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # UnpicklingError, RuntimeError, EOFError...
+        raise CheckpointError(f"checkpoint {directory}: cannot load {path.name} as plain tensors "
+                              f"and containers ({type(error).__name__}: {error}); labkit never "
+                              f"loads pickled code from a checkpoint") from error
+
+
+def _load_pretrained_weights(model, folder: Path, directory: Path) -> None:
     """Copy the ``save_pretrained`` safetensors of ``folder`` into ``model``.
 
     Tied weights (the LM head of a model with tied embeddings) are not stored twice; they are
-    accepted as missing as long as they share storage with a loaded parameter.
+    accepted as missing as long as they share storage with a loaded parameter. A LoRA model
+    (``peft``) loads its adapter weights only.
     """
     from safetensors.torch import load_file
 
     files = sorted(folder.glob("*.safetensors"))
     if not files:
-        raise FileNotFoundError(f"no safetensors weights in {folder}")
+        raise CheckpointError(f"checkpoint {directory}: no safetensors weights in {folder.name}/")
     state = {}
-    for file in files:
-        state.update(load_file(file))
+    try:
+        for file in files:
+            state.update(load_file(file))
+    except Exception as error:
+        raise CheckpointError(f"checkpoint {directory}: cannot read {folder.name}/ weights "
+                              f"({type(error).__name__}: {error})") from error
+    if hasattr(model, "peft_config"):
+        from peft import set_peft_model_state_dict
+
+        result = set_peft_model_state_dict(model, state)
+        if result.unexpected_keys:
+            raise CheckpointError(f"checkpoint {directory}: adapter weights do not match the "
+                                  f"model: unexpected {result.unexpected_keys[:5]}")
+        return
     missing, unexpected = model.load_state_dict(state, strict=False)
     current = model.state_dict()
     loaded = {current[name].data_ptr() for name in state if name in current}
     untied = [name for name in missing if current[name].data_ptr() not in loaded]
     if untied or unexpected:
-        raise RuntimeError(f"checkpoint weights do not match the model: missing {untied}, "
-                           f"unexpected {unexpected}")
+        raise CheckpointError(f"checkpoint {directory}: weights do not match the model: "
+                              f"missing {untied[:5]}, unexpected {unexpected[:5]}")
+
+
+__all__ = ["CheckpointError", "load_checkpoint", "load_state", "save_checkpoint",
+           "verify_checkpoint"]

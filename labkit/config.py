@@ -15,8 +15,12 @@ beside them. Two batch-size differences from TRL:
   micro-batches of ``micro_batch_size`` completions (TRL's ``per_device_train_batch_size``);
   ``gradient_accumulation_steps`` follows from the two and is a property, not a knob.
 
-A config validates itself on construction: a bad value raises ``ValueError`` naming the field and
-its allowed range, and an impossible combination raises one that says how to fix it.
+A config validates itself on construction and again on every assignment (``cfg.beta = -1``
+raises and leaves the old value): a bad value raises ``ValueError`` naming the field and its
+allowed range, an impossible combination raises one that says how to fix it, and a misspelt field
+raises ``AttributeError``. The option lists come from the modules that implement them (one source
+each): ``loss_type`` from :mod:`labkit.losses`, ``scale_rewards`` from :mod:`labkit.advantages`,
+``gfpo_metric`` from :mod:`labkit.filters`, ``dtype`` from :mod:`labkit.models`.
 
 :func:`preset` returns the configuration of a method (``ppo``, ``grpo``, ``dapo``, ``dr_grpo``,
 ``gspo``, ``gfpo``) with the paper's choices, scaled to the lab's tiny model; each preset's
@@ -27,18 +31,24 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import warnings
 from dataclasses import asdict, dataclass, fields
 
+from labkit.advantages import MULTI_OBJECTIVE_AGGREGATIONS, SCALE_REWARDS
+from labkit.filters import GFPO_METRICS
+from labkit.length_control import LENGTH_REWARDS
+from labkit.losses import IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES
+from labkit.models import DTYPES
+
+#: Estimators that compare the completions of one prompt (they need num_generations >= 2).
 GROUP_ESTIMATORS = ("grpo", "rloo", "opo")
+#: ``advantage_estimator`` values.
 ADVANTAGE_ESTIMATORS = (*GROUP_ESTIMATORS, "remax", "gae")
-SCALE_REWARDS = ("group", "batch", "none")
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
-IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
-KL_ESTIMATORS = ("k1", "k2", "k3")
-GFPO_METRICS = ("length", "token_efficiency")
+#: ``lr_scheduler_type`` values (transformers' names).
 LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine")
-DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
+#: Loss types that clip the ratio PPO's way (``delta`` and ``dual_clip`` apply to these).
+CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "sequence_sum")
 
 
 @dataclass
@@ -55,7 +65,8 @@ class TrainConfig:
     device: str = "auto"
     """``"auto"`` = cuda, then mps, then cpu; or any torch device string"""
     dtype: str = "auto"
-    """``"auto"`` = bfloat16 on GPUs that support it, else float32; or float32/bfloat16/float16"""
+    """``"auto"`` = bfloat16 on GPUs that support it, else float32; or float32/bfloat16 (float16
+    is refused: without loss scaling its updates overflow and the weights turn NaN)"""
     gradient_checkpointing: bool = False
     """recompute activations in backward: less memory, about a third more compute"""
     seed: int = 0
@@ -78,6 +89,22 @@ class TrainConfig:
     # ---- rewards ---------------------------------------------------------------------------------
     reward_weights: tuple[float, ...] | None = None
     """one weight per reward function; None = 1.0 each (TRL). Default functions: accuracy, format"""
+    multi_objective_aggregation: str = "sum_then_normalize"
+    """several reward functions: weighted sum, then group advantage (TRL default); or
+    normalize_then_sum (GDPO, arXiv 2601.05242): normalise each function in its group, sum, then
+    normalise over the batch (advantage_estimator='grpo' only)"""
+    length_reward: str | None = None
+    """length shaping added to the rewards (labkit.length_control): kimi (group-relative length
+    reward, weight length_reward_weight), laser / laser_de (bonus length_reward_weight within
+    length_target), budget (Kimi K2: reward 0 past length_target tokens), truncation (DLER:
+    reward 0 past length_target), difficulty_truncation (DA-DLER: length_target_easy for prompts
+    solved at least half the time, length_target for the others); None = off"""
+    length_reward_weight: float = 0.5
+    """kimi: weight of the length reward; laser/laser_de: the bonus alpha"""
+    length_target: int | None = None
+    """tokens: LASER's L_T, K2's budget, DLER's truncation length (or DA-DLER's hard length)"""
+    length_target_easy: int | None = None
+    """DA-DLER: the truncation length of prompts solved at least half the time"""
     overlong_buffer_len: int = 0
     """DAPO soft overlong punishment: penalty ramps over the last this-many tokens (0 = off)"""
     overlong_penalty_factor: float = 1.0
@@ -101,6 +128,10 @@ class TrainConfig:
     """DAPO: extra sampling rounds per step at most; a batch still short then trains as it is"""
     num_remains_in_group: int | None = None
     """GFPO k: keep this many of the G completions per group (by gfpo_metric); None = off (TRL)"""
+    gfpo_adaptive_k: tuple[int, int, int, int] | None = None
+    """adaptive-difficulty GFPO (paper Algorithm 2): k for (very hard, hard, medium, easy)
+    prompts by their mean reward against the quartiles of all means seen so far, e.g. (8, 8, 6,
+    4) of G = 16; replaces num_remains_in_group; None = off"""
     gfpo_metric: str = "length"
     """GFPO: keep the shortest (length) or the highest reward per token (token_efficiency)"""
     mask_truncated_completions: bool = False
@@ -130,6 +161,20 @@ class TrainConfig:
     """subtract beta * KL from the reward (PPO/InstructGPT) instead of adding it to the loss"""
     entropy_coef: float = 0.0
     """entropy bonus: loss -= entropy_coef * mean token entropy (TRL)"""
+    use_bias_correction_kl: bool = False
+    """multiply the k3 KL-in-loss by the importance ratio (DeepSeek-V3.2; TRL 1.16 default True)"""
+    sapo_temperature_pos: float = 1.0
+    """SAPO soft-gate temperature for A > 0 (TRL; loss_type="sapo")"""
+    sapo_temperature_neg: float = 1.05
+    """SAPO soft-gate temperature for A <= 0 (TRL; loss_type="sapo")"""
+    vespo_k_pos: float = 2.0
+    """VESPO Gamma-kernel shape k for A >= 0 (TRL; loss_type="vespo")"""
+    vespo_lambda_pos: float = 3.0
+    """VESPO Gamma-kernel rate lambda for A >= 0 (TRL)"""
+    vespo_k_neg: float = 3.0
+    """VESPO Gamma-kernel shape k for A < 0 (TRL)"""
+    vespo_lambda_neg: float = 2.0
+    """VESPO Gamma-kernel rate lambda for A < 0 (TRL)"""
 
     # ---- PPO critic ------------------------------------------------------------------------------
     vf_coef: float = 0.1
@@ -181,12 +226,34 @@ class TrainConfig:
     """checkpoint folder to resume from"""
     max_nonfinite_steps: int = 3
     """consecutive steps with a NaN/inf loss or gradient (skipped) before training stops"""
+    rollback_nonfinite_weights: bool = True
+    """copy the trainable weights before each optimizer step and put them back if the step made
+    any NaN/inf (costs one copy of the trainable weights; the step then counts as skipped)"""
     progress: bool = True
     """show a tqdm progress bar"""
 
     def __post_init__(self):
         self._check_values()
         self._check_combinations()
+        object.__setattr__(self, "_validated", True)
+
+    def __setattr__(self, name, value):
+        """Assignment after construction is validated like construction; a refused value leaves
+        the config as it was."""
+        if not self.__dict__.get("_validated"):
+            object.__setattr__(self, name, value)
+            return
+        if name not in _FIELD_NAMES:
+            raise AttributeError(f"TrainConfig has no field {name!r}; the fields are listed in "
+                                 f"labkit.config.FIELD_DOCS")
+        old = getattr(self, name)
+        object.__setattr__(self, name, value)
+        try:
+            self._check_values()
+            self._check_combinations()
+        except Exception:
+            object.__setattr__(self, name, old)
+            raise
 
     # ---- derived sizes ---------------------------------------------------------------------------
     @property
@@ -195,14 +262,16 @@ class TrainConfig:
         return self.prompts_per_step * self.num_generations
 
     @property
-    def group_size(self) -> int:
-        """Completions per prompt that train: num_remains_in_group with GFPO, else G."""
+    def kept_per_prompt(self) -> int:
+        """Completions per prompt that train: GFPO's k (the largest adaptive k), else G."""
+        if self.gfpo_adaptive_k is not None:
+            return max(self.gfpo_adaptive_k)
         return self.num_remains_in_group or self.num_generations
 
     @property
     def train_batch_size(self) -> int:
         """Completions per step that reach the loss (after GFPO's filter)."""
-        return self.prompts_per_step * self.group_size
+        return self.prompts_per_step * self.kept_per_prompt
 
     @property
     def mini_batch_size(self) -> int:
@@ -232,14 +301,30 @@ class TrainConfig:
 
     # ---- validation ------------------------------------------------------------------------------
     def _check_values(self):
+        for name in ("gradient_checkpointing", "dynamic_sampling", "mask_truncated_completions",
+                     "kl_in_reward", "use_bias_correction_kl", "save_on_interrupt", "progress",
+                     "rollback_nonfinite_weights"):
+            _boolean(self, name)
+        _text(self, "model_name_or_path")
+        _device(self)
+        for name in ("output_dir", "resume_from"):
+            _path(self, name)
         _choice(self, "advantage_estimator", ADVANTAGE_ESTIMATORS)
         _choice(self, "scale_rewards", SCALE_REWARDS)
+        _choice(self, "multi_objective_aggregation", MULTI_OBJECTIVE_AGGREGATIONS)
         _choice(self, "loss_type", LOSS_TYPES)
         _choice(self, "importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS)
         _choice(self, "kl_estimator", KL_ESTIMATORS)
         _choice(self, "gfpo_metric", GFPO_METRICS)
         _choice(self, "lr_scheduler_type", LR_SCHEDULERS)
         _choice(self, "dtype", DTYPES)
+        if self.dtype in ("float16", "fp16"):
+            raise ValueError("dtype='float16' cannot train here: without loss scaling the "
+                             "updates overflow and the weights turn NaN after one step (measured "
+                             "on the tiny Qwen: 796k of 800k weights). Use 'bfloat16' on a GPU "
+                             "that has it, else 'float32'")
+        if self.length_reward is not None:
+            _choice(self, "length_reward", LENGTH_REWARDS)
         for name in ("prompts_per_step", "num_generations", "max_completion_length",
                      "num_iterations", "num_mini_batches", "max_steps", "eval_k",
                      "max_nonfinite_steps"):
@@ -247,7 +332,8 @@ class TrainConfig:
         for name in ("top_k", "overlong_buffer_len", "max_resample_rounds", "eval_every",
                      "save_every", "seed"):
             _integer(self, name, low=0)
-        for name in ("micro_batch_size", "eval_max_prompts"):
+        for name in ("micro_batch_size", "eval_max_prompts", "length_target",
+                     "length_target_easy"):
             if getattr(self, name) is not None:
                 _integer(self, name, low=1)
         _number(self, "temperature", 0, math.inf, low_open=True)
@@ -265,8 +351,15 @@ class TrainConfig:
         _number(self, "adam_beta1", 0, 1, high_open=True)
         _number(self, "adam_beta2", 0, 1, high_open=True)
         _number(self, "max_grad_norm", 0, math.inf)
+        _number(self, "length_reward_weight", 0, math.inf)
+        for name in ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_lambda_pos",
+                     "vespo_lambda_neg"):
+            _number(self, name, 0, math.inf, low_open=True)
+        for name in ("vespo_k_pos", "vespo_k_neg"):
+            _number(self, name, 0, math.inf)
         if self.epsilon_high is not None:
-            _number(self, "epsilon_high", 0, math.inf)
+            # inf switches the upper clip off (RL-PLUS-style unclipped positive updates)
+            _number(self, "epsilon_high", 0, math.inf, allow_inf=True)
         if self.clip_range_value is not None:
             _number(self, "clip_range_value", 0, math.inf, low_open=True)
         if self.value_learning_rate is not None:
@@ -277,11 +370,10 @@ class TrainConfig:
             _number(self, "dual_clip", 1, math.inf, low_open=True)
         if self.num_remains_in_group is not None:
             _integer(self, "num_remains_in_group", low=2, high=self.num_generations)
+        if self.gfpo_adaptive_k is not None:
+            _integer_tuple(self, "gfpo_adaptive_k", 4, low=2, high=self.num_generations)
         if self.reward_weights is not None:
-            self.reward_weights = tuple(self.reward_weights)
-            if not all(_is_real(w) and math.isfinite(w) for w in self.reward_weights):
-                raise ValueError(
-                    f"reward_weights must be finite numbers, got {self.reward_weights}")
+            _number_tuple(self, "reward_weights")
         if self.overlong_buffer_len >= self.max_completion_length:
             raise ValueError(
                 f"overlong_buffer_len must be in [0, max_completion_length) = "
@@ -289,6 +381,7 @@ class TrainConfig:
 
     def _check_combinations(self):
         estimator = self.advantage_estimator
+        gfpo = self.num_remains_in_group is not None or self.gfpo_adaptive_k is not None
         if estimator in GROUP_ESTIMATORS and self.num_generations < 2:
             _refuse(f"advantage_estimator={estimator!r} compares the completions of a group, "
                     f"which needs at least two: use num_generations >= 2 or "
@@ -297,38 +390,96 @@ class TrainConfig:
             _refuse("dynamic_sampling drops groups whose completions all got the same reward, "
                     "which needs groups: use num_generations >= 2 with a group estimator "
                     "(grpo, rloo, remax, opo), or dynamic_sampling=False")
-        if self.num_remains_in_group is not None and estimator != "grpo":
-            _refuse("num_remains_in_group (GFPO) normalises advantages inside the kept subset "
-                    "with GRPO's formula: use advantage_estimator='grpo', or "
-                    "num_remains_in_group=None")
-        if estimator == "gae" and self.importance_sampling_level == "sequence":
-            _refuse("importance_sampling_level='sequence' (GSPO) needs one advantage per "
-                    "completion, but GAE gives one per token: use importance_sampling_level="
-                    "'token' with advantage_estimator='gae'")
+        if gfpo and estimator != "grpo":
+            _refuse("num_remains_in_group / gfpo_adaptive_k (GFPO) normalise advantages inside "
+                    "the kept subset with GRPO's formula: use advantage_estimator='grpo', or "
+                    "turn GFPO off")
+        if self.num_remains_in_group is not None and self.gfpo_adaptive_k is not None:
+            _refuse("gfpo_adaptive_k gives each prompt its own k and replaces "
+                    "num_remains_in_group: set one of them, not both")
+        if self.multi_objective_aggregation == "normalize_then_sum" and (
+                estimator != "grpo" or gfpo):
+            _refuse("multi_objective_aggregation='normalize_then_sum' (GDPO) is a GRPO "
+                    "advantage: use advantage_estimator='grpo' without GFPO, or "
+                    "'sum_then_normalize'")
+        if self.multi_objective_aggregation == "normalize_then_sum" and (
+                self.overlong_buffer_len or self.length_reward is not None):
+            _refuse("multi_objective_aggregation='normalize_then_sum' (GDPO) normalises each "
+                    "reward function's column; the overlong penalty and length_reward shape the "
+                    "total instead: use 'sum_then_normalize' with them")
+        if estimator == "gae" and self.importance_sampling_level != "token":
+            _refuse(f"importance_sampling_level={self.importance_sampling_level!r} (GSPO) needs "
+                    f"one advantage per completion, but GAE gives one per token: use "
+                    f"importance_sampling_level='token' with advantage_estimator='gae'")
+        if estimator == "gae" and self.loss_type == "vespo":
+            _refuse("loss_type='vespo' weighs whole sequences by one advantage each, but GAE "
+                    "gives one per token: use another loss_type with advantage_estimator='gae'")
+        if self.loss_type == "cispo" and self.epsilon_high is None:
+            _refuse("loss_type='cispo' caps the importance weight at epsilon_high, an absolute "
+                    "cap (TRL recommends 5.0): set epsilon_high (TRL would silently use epsilon "
+                    "= 0.2 and shrink every gradient fivefold)")
+        if self.loss_type not in CLIPPED_LOSS_TYPES and (
+                self.delta is not None or self.dual_clip is not None):
+            _refuse(f"delta and dual_clip act on PPO's clipped ratio, and loss_type="
+                    f"{self.loss_type!r} does not clip it: use one of {CLIPPED_LOSS_TYPES} or "
+                    f"delta=None, dual_clip=None")
+        epsilon_high = self.epsilon if self.epsilon_high is None else self.epsilon_high
+        if self.loss_type != "cispo" and epsilon_high < self.epsilon:
+            _refuse(f"epsilon_high ({epsilon_high}) is below epsilon ({self.epsilon}): the "
+                    f"upper clip 1 + epsilon_high is meant to be at least as wide as the lower "
+                    f"(DAPO's clip-higher widens it): raise epsilon_high or use None (= epsilon)")
+        if self.delta is not None and self.delta <= 1 + epsilon_high:
+            _refuse(f"delta ({self.delta}) caps the unclipped ratio and must exceed the upper "
+                    f"clip 1 + epsilon_high = {1 + epsilon_high} (INTELLECT-2, arXiv 2505.07291),"
+                    f" or it would clip inside the trust region")
         if self.kl_in_reward and self.beta == 0:
             _refuse("kl_in_reward=True subtracts beta * KL from the reward, and beta is 0: set "
                     "beta > 0 (e.g. 0.05) to get a reference model and a penalty, or "
                     "kl_in_reward=False")
+        if self.use_bias_correction_kl and (self.beta == 0 or self.kl_in_reward):
+            _refuse("use_bias_correction_kl multiplies the KL-in-loss by the ratio: it needs "
+                    "beta > 0 and kl_in_reward=False")
         if self.lr_scheduler_type == "constant" and self.warmup_ratio > 0:
             _refuse("lr_scheduler_type='constant' ignores warm-up (as in transformers): use "
                     "lr_scheduler_type='constant_with_warmup' or warmup_ratio=0")
+        for name in ("learning_rate", "value_learning_rate"):
+            rate = getattr(self, name)
+            if rate is not None and rate * self.weight_decay >= 1:
+                _refuse(f"{name} x weight_decay = {rate * self.weight_decay:g} >= 1: AdamW "
+                        f"would shrink every weight by 100% or more per step; lower "
+                        f"weight_decay (0 to 0.1 is usual)")
         if self.num_mini_batches > self.train_batch_size:
             _refuse(f"num_mini_batches ({self.num_mini_batches}) exceeds the completions that "
                     f"train per step ({self.train_batch_size} = prompts_per_step x "
-                    f"{'num_remains_in_group' if self.num_remains_in_group else 'num_generations'}"
-                    f"): lower num_mini_batches or raise prompts_per_step")
+                    f"{'the GFPO k' if gfpo else 'num_generations'}): lower num_mini_batches "
+                    f"or raise prompts_per_step")
         if self.micro_batch_size is not None and self.micro_batch_size > self.mini_batch_size:
             _refuse(f"micro_batch_size ({self.micro_batch_size}) exceeds the mini-batch "
                     f"({self.mini_batch_size} completions): lower micro_batch_size or use None")
         if self.save_every and self.output_dir is None:
             _refuse("save_every > 0 writes checkpoints, and output_dir is None: set output_dir "
                     "or save_every=0")
+        self._check_length_reward()
         if (self.importance_sampling_level == "sequence"
-                and self.loss_type in ("bnpo", "dr_grpo", "dapo")):
+                and self.loss_type in ("bnpo", "dr_grpo", "dapo", "cispo")):
             warnings.warn(f"importance_sampling_level='sequence' with loss_type="
                           f"{self.loss_type!r} weighs each sequence by its length; GSPO as "
                           f"published uses loss_type='grpo' (TRL gives the same warning)",
                           stacklevel=3)
+
+    def _check_length_reward(self):
+        kind = self.length_reward
+        if kind is None:
+            return
+        if kind != "kimi" and self.length_target is None:
+            _refuse(f"length_reward={kind!r} needs length_target (tokens)")
+        if kind == "difficulty_truncation" and (self.length_target_easy is None or
+                                                self.length_target_easy > self.length_target):
+            _refuse("length_reward='difficulty_truncation' (DA-DLER) needs length_target_easy "
+                    "<= length_target: the easy prompts get the shorter cut")
+        if kind in ("kimi", "difficulty_truncation") and self.num_generations < 2:
+            _refuse(f"length_reward={kind!r} compares the completions of a group: use "
+                    f"num_generations >= 2")
 
 
 def _field_docs() -> dict[str, str]:
@@ -348,6 +499,7 @@ def _field_docs() -> dict[str, str]:
 
 #: ``{field name: its documentation}`` for every field of :class:`TrainConfig`.
 FIELD_DOCS = _field_docs()
+_FIELD_NAMES = frozenset(f.name for f in fields(TrainConfig))
 
 
 # ---- validation helpers --------------------------------------------------------------------------
@@ -359,9 +511,42 @@ def _is_real(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _boolean(cfg, name):
+    value = getattr(cfg, name)
+    if not isinstance(value, bool):  # every config error is a ValueError: one type to catch
+        raise ValueError(f"{name} must be True or False, got {value!r} "  # noqa: TRY004
+                         f"({type(value).__name__}); a string like 'False' would count as true")
+
+
+def _text(cfg, name):
+    value = getattr(cfg, name)
+    if isinstance(value, os.PathLike):
+        object.__setattr__(cfg, name, os.fspath(value))
+        value = getattr(cfg, name)
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+
+
+def _path(cfg, name):
+    if getattr(cfg, name) is not None:
+        _text(cfg, name)
+
+
+def _device(cfg):
+    _text(cfg, "device")
+    if cfg.device != "auto":
+        import torch
+
+        try:
+            torch.device(cfg.device)
+        except (RuntimeError, ValueError) as error:
+            raise ValueError(f"device must be 'auto' or a torch device such as 'cpu', 'cuda', "
+                             f"'cuda:1', 'mps', got {cfg.device!r}") from error
+
+
 def _choice(cfg, name, allowed):
     value = getattr(cfg, name)
-    if value not in allowed:
+    if not isinstance(value, str) or value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
 
 
@@ -373,16 +558,44 @@ def _integer(cfg, name, low, high=None):
         raise ValueError(f"{name} must be an integer {bound}, got {value!r}")
 
 
-def _number(cfg, name, low, high, low_open=False, high_open=False):
+def _number(cfg, name, low, high, low_open=False, high_open=False, allow_inf=False):
+    """A real number in the interval; infinity only where ``allow_inf`` (then the interval is
+    printed closed at inf)."""
     value = getattr(cfg, name)
-    interval = (("(" if low_open else "[") + f"{low}, " + ("inf" if high == math.inf else f"{high}")
-                + (")" if high_open or high == math.inf else "]"))
-    if not _is_real(value) or math.isnan(value):
-        raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
+    top = "inf" if high == math.inf else f"{high}"
+    closing = "]" if (high == math.inf and allow_inf) or (high != math.inf and not high_open) \
+        else ")"
+    interval = ("(" if low_open else "[") + f"{low}, {top}" + closing
+    if not _is_real(value) or math.isnan(value) or (math.isinf(value) and not allow_inf):
+        raise ValueError(f"{name} must be a finite number in {interval}, got {value!r}"
+                         if not allow_inf else f"{name} must be a number in {interval}, got "
+                         f"{value!r}")
     too_low = value <= low if low_open else value < low
-    too_high = value >= high if high_open else value > high
+    too_high = value >= high if (high_open and high != math.inf) else value > high
     if too_low or too_high:
         raise ValueError(f"{name} must be in {interval}, got {value}")
+
+
+def _number_tuple(cfg, name):
+    value = getattr(cfg, name)
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+        raise ValueError(f"{name} must be a list of numbers (one per reward function), got "
+                         f"{value!r}")
+    value = tuple(value)
+    if not all(_is_real(w) and math.isfinite(w) for w in value):
+        raise ValueError(f"{name} must hold finite numbers, got {value}")
+    object.__setattr__(cfg, name, value)
+
+
+def _integer_tuple(cfg, name, length, low, high):
+    value = getattr(cfg, name)
+    ok = (not isinstance(value, (str, bytes, dict)) and hasattr(value, "__iter__")
+          and len(tuple(value)) == length)
+    value = tuple(value) if ok else value
+    if not ok or not all(isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
+                         for v in value):
+        raise ValueError(f"{name} must be {length} integers in [{low}, {high}], got {value!r}")
+    object.__setattr__(cfg, name, value)
 
 
 # ---- presets -------------------------------------------------------------------------------------

@@ -19,6 +19,8 @@ Samples are drawn with a seeded generator, so the same model, data and seed give
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import torch
 
@@ -48,9 +50,13 @@ def sample_answers(model, tokenizer, dataset, *, k: int = 4, temperature: float 
         formatted = format_reward(prompts, roll.texts, **columns)
         for i, text in enumerate(roll.texts):
             records.append({
-                "id": columns["id"][i], "family": columns["family"][i],
-                "difficulty": columns["difficulty"][i], "sample": i % k,
-                "correct": float(correct[i] or 0.0), "formatted": float(formatted[i] or 0.0),
+                "id": columns["id"][i] if "id" in columns else start + i // k,
+                "family": columns["family"][i] if "family" in columns else "?",
+                "difficulty": columns["difficulty"][i] if "difficulty" in columns else 0,
+                "sample": i % k,
+                # None = the reward cannot judge the row (no answer): NaN, never a fake 0
+                "correct": math.nan if correct[i] is None else float(correct[i]),
+                "formatted": float(formatted[i] or 0.0),
                 "length": int(roll.lengths[i]), "truncated": bool(roll.truncated[i]),
                 "text": text,
             })

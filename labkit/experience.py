@@ -7,9 +7,13 @@ consecutive rows (TRL's layout), as tensors of three kinds:
 * completion-aligned, right-padded: ``completion_ids``, ``completion_mask`` (sampled tokens,
   end-of-turn included), ``loss_mask`` (the tokens that enter the loss), ``sample_logp`` (sampling
   log-probs), and, when the update needs them, ``old_logp``, ``ref_logp``, ``values``,
-  ``returns`` and per-token ``advantages``;
-* per row: ``lengths``, ``truncated``, ``rewards`` (the weighted total), per-sequence
-  ``advantages`` and ``prompt_index`` (the prompt's row in the train dataset).
+  ``returns`` and ``token_advantages`` (GAE);
+* per row: ``lengths``, ``truncated``, ``rewards`` (the weighted total), ``reward_components``
+  (one column per reward function), ``sequence_advantages`` (the group estimators) and
+  ``prompt_index`` (the prompt's row in the train dataset).
+
+An advantage is either one number per completion (``sequence_advantages``, shape (B,)) or one
+per token (``token_advantages``, (B, L)); :meth:`Experience.advantages` gives the one that is set.
 
 It can be concatenated (sampling rounds of DAPO's dynamic sampling), indexed by rows (keeping
 groups, making mini-batches) and trimmed to the widest row, so a micro-batch of short completions
@@ -24,7 +28,7 @@ import torch
 
 _PROMPT = ("prompt_ids", "prompt_mask")
 _COMPLETION = ("completion_ids", "completion_mask", "loss_mask", "sample_logp", "old_logp",
-               "ref_logp", "values", "returns")
+               "ref_logp", "values", "returns", "token_advantages")
 
 
 @dataclass
@@ -41,7 +45,9 @@ class Experience:
     lengths: torch.Tensor
     truncated: torch.Tensor
     rewards: torch.Tensor | None = None
-    advantages: torch.Tensor | None = None
+    reward_components: torch.Tensor | None = None
+    sequence_advantages: torch.Tensor | None = None
+    token_advantages: torch.Tensor | None = None
     old_logp: torch.Tensor | None = None
     ref_logp: torch.Tensor | None = None
     values: torch.Tensor | None = None
@@ -62,6 +68,12 @@ class Experience:
         return self.prompt_ids.size(0)
 
     @property
+    def advantages(self) -> torch.Tensor | None:
+        """The advantages the loss reads: per token (B, L) when set, else per sequence (B,)."""
+        return self.token_advantages if self.token_advantages is not None \
+            else self.sequence_advantages
+
+    @property
     def input_ids(self) -> torch.Tensor:
         return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
 
@@ -80,10 +92,10 @@ class Experience:
             if isinstance(value, torch.Tensor):
                 yield f.name, value
 
-    def _kind(self, name: str, value: torch.Tensor) -> str:
+    def _kind(self, name: str) -> str:
         if name in _PROMPT:
             return "prompt"
-        if name in _COMPLETION or (name == "advantages" and value.dim() == 2):
+        if name in _COMPLETION:
             return "completion"
         return "row"
 
@@ -98,7 +110,7 @@ class Experience:
         width = int(self.completion_mask.sum(-1).max()) if len(self) else 0
         changes = {}
         for name, value in self._tensors():
-            kind = self._kind(name, value)
+            kind = self._kind(name)
             if kind == "prompt":
                 changes[name] = value[:, first:]
             elif kind == "completion":
@@ -116,7 +128,7 @@ class Experience:
         completion_width = max(p.completion_ids.size(1) for p in parts)
         merged = {}
         for name, value in first._tensors():
-            kind = first._kind(name, value)
+            kind = first._kind(name)
             fill = pad if name in ("prompt_ids", "completion_ids") else 0
             pieces = []
             for part in parts:

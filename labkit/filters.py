@@ -30,7 +30,8 @@ __all__ = [
     "gfpo_filter",
 ]
 
-_GFPO_METRICS = ("length", "token_efficiency")
+#: ``gfpo_metric`` values: keep the shortest, or the highest reward per token.
+GFPO_METRICS = ("length", "token_efficiency")
 
 
 def dynamic_sampling_mask(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
@@ -89,8 +90,8 @@ def gfpo_filter(
     the paper. ``k`` must satisfy ``1 <= k <= G``; ``k = G`` keeps everything; ``k = 1`` is allowed
     but gives zero advantages (one kept reward has no spread).
     """
-    if metric not in _GFPO_METRICS:
-        raise ValueError(f"metric must be one of {_GFPO_METRICS}, got {metric!r}")
+    if metric not in GFPO_METRICS:
+        raise ValueError(f"metric must be one of {GFPO_METRICS}, got {metric!r}")
     grouped = _grouped(rewards, num_generations)
     lens = _grouped_lengths(lengths, num_generations, grouped)
     num_prompts, g = grouped.shape

@@ -3,24 +3,30 @@
 Pure tensor functions, one per method, in the layout of :mod:`labkit.advantages`: 1-D tensors of
 length ``N = P * G`` with the ``G`` completions of each prompt consecutive. Each returns the
 shaped reward (or the per-prompt length cap); the trainer's group advantage then runs unchanged on
-it. Formulas, defaults and checks from ``reference/methods-tricks.md`` sections 1, 2, 11 and 17.
+it. The trainer reaches the rewards through ``TrainConfig.length_reward`` (last column; see
+:func:`length_shaped_rewards`); LASER-D's bucket and target helpers are teaching functions that
+notebook 06 calls by hand (the trainer has no monitoring set to recompute targets on).
 
 ===================================  ============================================================
-function                             method
+function                             method (``length_reward`` value)
 ===================================  ============================================================
 ``kimi_length_reward``               Kimi k1.5 group-relative length reward (arXiv 2501.12599,
                                      section 2.3.3): +0.5 for the shortest, -0.5 for the longest
+                                     (``"kimi"``)
 ``budget_control_reward``            Kimi K2 budget control (arXiv 2507.20534, section 3.2.3): a
                                      response over its task's token budget gets a penalty
+                                     (``"budget"``)
 ``laser_reward``                     LASER / LASER-DE (arXiv 2505.15612): a bonus alpha for a
-                                     correct response within the target length
+                                     correct response within the target length (``"laser"``,
+                                     ``"laser_de"``)
 ``laser_difficulty_buckets``         LASER-D: easy / medium / hard from correct counts (k/3, 2k/3)
+                                     (teaching function)
 ``laser_adaptive_target``            LASER-D: the shortest length whose Expected Correct
-                                     Responses reach 1
+                                     Responses reach 1 (teaching function)
 ``truncation_reward``                DLER truncation penalty (arXiv 2510.15110): reward 0 beyond
-                                     the truncation length L_T
+                                     the truncation length L_T (``"truncation"``)
 ``difficulty_truncation_lengths``    DA-DLER: a shorter L_T for prompts solved at least half the
-                                     time
+                                     time (``"difficulty_truncation"``)
 ===================================  ============================================================
 
 Where the source leaves a choice open, the choice made here (marked "lab choice" in the
@@ -38,14 +44,19 @@ import torch
 from labkit.advantages import _as_float, _grouped, _grouped_lengths
 
 __all__ = [
+    "LENGTH_REWARDS",
     "budget_control_reward",
     "difficulty_truncation_lengths",
     "kimi_length_reward",
     "laser_adaptive_target",
     "laser_difficulty_buckets",
     "laser_reward",
+    "length_shaped_rewards",
     "truncation_reward",
 ]
+
+#: ``TrainConfig.length_reward`` values, one per method the trainer can apply.
+LENGTH_REWARDS = ("kimi", "laser", "laser_de", "budget", "truncation", "difficulty_truncation")
 
 _LASER_VARIANTS = ("laser", "laser_de")
 
@@ -366,3 +377,50 @@ def difficulty_truncation_lengths(
     easy = torch.tensor(int(easy_length), device=c.device)
     hard = torch.tensor(int(hard_length), device=c.device)
     return torch.where(c >= threshold, easy, hard)
+
+
+# --------------------------------------------------------------------------------------------
+# the trainer's entry point
+# --------------------------------------------------------------------------------------------
+
+
+def length_shaped_rewards(
+    kind: str,
+    rewards: torch.Tensor,
+    lengths: torch.Tensor,
+    correct: torch.Tensor,
+    num_generations: int,
+    *,
+    weight: float = 0.5,
+    target: int | None = None,
+    target_easy: int | None = None,
+) -> torch.Tensor:
+    r"""Rewards shaped by the length method ``kind`` (``TrainConfig.length_reward``).
+
+    ===================  =====  ================================================================
+    name                 shape  meaning
+    ===================  =====  ================================================================
+    ``rewards``          (N,)   total rewards of the step, G consecutive completions per prompt
+    ``lengths``          (N,)   completion lengths in tokens
+    ``correct``          (N,)   1 = correct answer, 0 = wrong (NaN = unjudged, counted wrong)
+    ``weight``           float  kimi: weight of its length reward; laser/laser_de: alpha
+    ``target``           int    L_T for laser/truncation, the budget for budget, DA-DLER's hard
+                                length for difficulty_truncation
+    ``target_easy``      int    DA-DLER's easy length (prompts solved at least half the time)
+    returns              (N,)   shaped rewards
+    ===================  =====  ================================================================
+    """
+    correct = torch.nan_to_num(_as_float(_flat(correct, "correct")), nan=0.0)
+    if kind == "kimi":
+        return rewards + weight * kimi_length_reward(lengths, correct, num_generations)
+    if kind in _LASER_VARIANTS:
+        return laser_reward(rewards, lengths, target, weight, correct=correct, variant=kind)
+    if kind == "budget":
+        return budget_control_reward(rewards, lengths, target)
+    if kind == "truncation":
+        return truncation_reward(rewards, lengths, target)
+    if kind == "difficulty_truncation":
+        solve_rate = _grouped(correct, num_generations, "correct").mean(-1)
+        caps = difficulty_truncation_lengths(solve_rate, 0.5, target_easy, target)
+        return truncation_reward(rewards, lengths, caps.repeat_interleave(num_generations))
+    raise ValueError(f"length_reward must be one of {LENGTH_REWARDS}, got {kind!r}")

@@ -11,7 +11,7 @@ ratio                                 ``token_log_ratio`` (PPO/GRPO), ``sequence
                                       ``gspo_token_log_ratio`` (GSPO-token, stop-gradient form)
 surrogate (per token)                 ``clipped_surrogate`` (PPO clip, clip-higher, ``delta``,
                                       dual-clip), ``no_clip_surrogate``, ``cispo_surrogate``,
-                                      ``sapo_surrogate``
+                                      ``sapo_surrogate``, ``vespo_surrogate``
 aggregation                           ``aggregate`` with TRL's ``loss_type`` names
 KL to the reference                   ``kl_estimate`` (k1, k2, k3)
 critic and exploration                ``value_loss``, ``entropy_bonus``
@@ -31,12 +31,22 @@ Deliberate departures from TRL 1.16 / verl (each is tested):
   (``num_items_in_batch`` tokens, ``num_sequences_in_batch`` sequences), so the losses of the
   micro-batches of one optimiser step simply add up to the full-batch objective. TRL gets the same
   numbers by dividing ``grpo``/``bnpo``/``dr_grpo`` by the gradient-accumulation steps instead.
+* NaN policy: the building blocks (surrogates, ``aggregate``, ``kl_estimate``, ``value_loss``)
+  do not look for NaN, because a check costs a device sync inside inner loops; a NaN input gives a
+  NaN output there, never a silently wrong finite number. ``policy_loss`` checks every valid
+  (masked-in) input and raises, and the trainer checks log-probs, the loss, the gradients and the
+  updated weights and skips the step. Infinite coefficients (``beta``, ``coef``) are refused.
+* Metric names are the lab's one vocabulary (:data:`labkit.metrics.METRICS`: ``clip_low``,
+  ``clip_region``, ``kl_old``...), the column names of a training history; TRL logs the same
+  quantities as ``clip_ratio/low_mean``, ``clip_ratio/region_mean``...
 * Extra options TRL 1.16 lacks: ``importance_sampling_level="sequence_token"`` (GSPO-token, in
   TRL only as a removed experimental trainer), ``dual_clip`` (verl), ``loss_type="sequence_sum"``
   (plain REINFORCE sum over tokens; TRL's ``luspo`` aggregation), k1/k2 in the loss.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -53,10 +63,15 @@ __all__ = [
     "sequence_log_ratio",
     "token_log_ratio",
     "value_loss",
+    "vespo_surrogate",
 ]
 
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "sequence_sum")
+#: ``loss_type`` values: TRL's names (each fixes a surrogate and an aggregation), plus the lab's
+#: ``sequence_sum``. The one list the config, the trainer and :func:`policy_loss` accept.
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "vespo", "sequence_sum")
+#: ``importance_sampling_level`` values: TRL's two, plus GSPO-token.
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence", "sequence_token")
+#: Schulman's KL estimators.
 KL_ESTIMATORS = ("k1", "k2", "k3")
 # Loss types that use the PPO clipped surrogate (so ``delta`` and ``dual_clip`` apply).
 _CLIPPED = ("grpo", "bnpo", "dr_grpo", "dapo", "sequence_sum")
@@ -75,6 +90,12 @@ def _check_non_negative(**values: float | None) -> None:
     for name, v in values.items():
         if v is not None and not v >= 0:
             raise ValueError(f"{name} must be >= 0 (float('inf') allowed), got {v}")
+
+
+def _check_finite_number(**values: float | None) -> None:
+    for name, v in values.items():
+        if v is not None and not math.isfinite(v):
+            raise ValueError(f"{name} must be a finite number, got {v}")
 
 
 def _masked_mean(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
@@ -208,7 +229,8 @@ def clipped_surrogate(
         )
     if dual_clip is not None and not dual_clip > 1:
         raise ValueError(f"dual_clip must be > 1 (verl asserts clip_ratio_c > 1), got {dual_clip}")
-    ratio = torch.exp(log_ratio)
+    # exp(89) overflows float32; clamping keeps the gradient finite (the clip zeroes it there).
+    ratio = torch.exp(log_ratio.clamp(-_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT))
     clipped = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
     unclipped = ratio if delta is None else ratio.clamp(max=delta)
     loss = -torch.minimum(unclipped * advantages, clipped * advantages)
@@ -233,7 +255,7 @@ def no_clip_surrogate(log_ratio: torch.Tensor, advantages: torch.Tensor) -> torc
     exploration weight and MIS ratio are separate); on-policy (r = 1) it is REINFORCE. Nothing
     bounds the update for a token whose ratio has grown: use with a single pass per batch.
     """
-    return -torch.exp(log_ratio) * advantages
+    return -torch.exp(log_ratio.clamp(-_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT)) * advantages
 
 
 def cispo_surrogate(
@@ -268,7 +290,8 @@ def cispo_surrogate(
         raise ValueError(f"max_weight (TRL epsilon_high for cispo) must be > 0, got {max_weight}")
     if min_weight is not None and not 0 <= min_weight <= max_weight:
         raise ValueError(f"min_weight must lie in [0, max_weight={max_weight}], got {min_weight}")
-    weight = torch.exp(log_ratio).clamp(min=min_weight, max=max_weight).detach()
+    weight = torch.exp(log_ratio.clamp(-_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT))
+    weight = weight.clamp(min=min_weight, max=max_weight).detach()
     return -weight * advantages * logp
 
 
@@ -302,12 +325,59 @@ def sapo_surrogate(
         raise ValueError(
             f"temperature_pos and temperature_neg must be > 0, got {temperature_pos}, {temperature_neg}"
         )
-    ratio = torch.exp(log_ratio)
+    ratio = torch.exp(log_ratio.clamp(-_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT))
     # Temperatures built in the ratio's dtype so float64 tests are exact (TRL rounds them to float32).
     tau = torch.where(
         advantages > 0, ratio.new_tensor(temperature_pos), ratio.new_tensor(temperature_neg)
     )
     return -(4 / tau) * torch.sigmoid(tau * (ratio - 1)) * advantages
+
+
+def vespo_surrogate(
+    logp: torch.Tensor,
+    token_log_ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    k_pos: float = 2.0,
+    lambda_pos: float = 3.0,
+    k_neg: float = 3.0,
+    lambda_neg: float = 2.0,
+) -> torch.Tensor:
+    r"""VESPO (arXiv 2602.10693): REINFORCE scaled by a Gamma-shaped kernel of the sequence weight.
+
+    .. math::
+        w_i = \prod_t r_{i,t}\ \ (	ext{not length-normalised}),\qquad
+        \phi(w) = e^{\lambda}\,w^{k}\,e^{-\lambda w}\ \ (\phi(1) = 1),\qquad
+        \ell_{i,t} = -\,\mathrm{sg}[\phi(w_i)]\,A_i\,\log\pi_	heta(o_{i,t})
+
+    with :math:`(k, \lambda) = (k_+, \lambda_+)` if :math:`A_i \ge 0`, else :math:`(k_-,
+    \lambda_-)`.
+
+    ===================  =========  ===========================================================
+    name                 shape      meaning
+    ===================  =========  ===========================================================
+    ``logp``             (B, T)     current log-probs (the gradient flows only through these)
+    ``token_log_ratio``  (B, T)     per-token log-ratios (0 on padding)
+    ``advantages``       (B, 1)     one per sequence
+    ``mask``             (B, T)     response mask
+    ``k_pos`` ...        float      TRL ``vespo_k_pos`` 2.0, ``vespo_lambda_pos`` 3.0,
+                                    ``vespo_k_neg`` 3.0, ``vespo_lambda_neg`` 2.0
+    returns              (B, T)     per-token loss
+    ===================  =========  ===========================================================
+
+    The kernel peaks at :math:`w = k/\lambda` and falls smoothly to 0 for stale sequences on both
+    sides, so no token is hard-clipped; on-policy (w = 1) it is plain REINFORCE. As in TRL the
+    log-weight is clamped to [log 1e-8, 20] and a non-finite kernel counts as 0.
+    """
+    m = mask.bool()
+    log_w = torch.where(m, token_log_ratio.clamp(-_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT), 0)
+    log_w = log_w.sum(-1, keepdim=True).clamp(math.log(1e-8), _LOG_RATIO_LIMIT).detach()
+    positive = advantages >= 0
+    k = torch.where(positive, log_w.new_tensor(k_pos), log_w.new_tensor(k_neg))
+    lam = torch.where(positive, log_w.new_tensor(lambda_pos), log_w.new_tensor(lambda_neg))
+    lam = lam.clamp(min=1e-4)
+    phi = torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(0.0, 0.0, 0.0)
+    return -phi * advantages * logp
 
 
 # --------------------------------------------------------------------------------------------
@@ -334,7 +404,8 @@ def aggregate(
     grpo, sapo        :math:`\frac1{N_{seq}}\sum_i\frac1{|o_i|}\sum_t m\ell`       :math:`1/(N_{seq}|o_i|)`
     bnpo              :math:`\frac{B}{N_{seq}}\cdot\frac{\sum m\ell}{\sum m}`       local token mean
     dr_grpo           :math:`\frac{1}{N_{seq}L_{max}}\sum_{i,t} m\ell`              :math:`1/(N_{seq}L_{max})`
-    dapo, cispo       :math:`\frac{1}{N_{tok}}\sum_{i,t} m\ell`                     :math:`1/N_{tok}`
+    dapo, cispo,      :math:`\frac{1}{N_{tok}}\sum_{i,t} m\ell`                     :math:`1/N_{tok}`
+    vespo
     sequence_sum      :math:`\frac1{N_{seq}}\sum_{i,t} m\ell`                       :math:`1/N_{seq}`
     ================  ==========================================================  ===================
 
@@ -357,7 +428,7 @@ def aggregate(
     Summing the results of the micro-batches of one step gives the full-batch value for every
     type (``bnpo`` by definition averages local token means, weighted by micro-batch size). With
     a single micro-batch the values equal TRL's. Edge cases: rows with no tokens contribute 0 and
-    still count in :math:`N_{seq}` (TRL); an all-empty mask gives 0, never NaN.
+    still count in :math:`N_{seq}` (TRL); an all-empty mask, and an empty batch, give 0, never NaN.
     Sequence-level ratios with ``dapo``/``bnpo``/``dr_grpo``/``cispo``/``sequence_sum`` weight each
     sequence by its length (TRL warns about this); use ``grpo`` for the paper's GSPO.
     """
@@ -371,12 +442,13 @@ def aggregate(
             f"per_token_loss must have shape (B, T) = {tuple(mask.shape)} or (B, 1), got {tuple(per_token_loss.shape)}"
         )
     n_seq = batch if num_sequences_in_batch is None else num_sequences_in_batch
-    if int(n_seq) != n_seq or n_seq < batch:
+    if int(n_seq) != n_seq or n_seq < batch or n_seq < 0:
         raise ValueError(
             f"num_sequences_in_batch must be an integer >= B = {batch}, got {num_sequences_in_batch}"
         )
     m = mask.bool()
     total = torch.where(m, per_token_loss.expand(m.shape), 0)
+    n_seq = max(n_seq, 1)  # an empty batch sums to 0: 0 / 1, not 0 / 0
     if loss_type in ("grpo", "sapo"):
         return (total.sum(-1) / m.sum(-1).clamp(min=1)).sum() / n_seq
     if loss_type == "bnpo":
@@ -419,7 +491,9 @@ def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") ->
     ==============  =====  ==============================================================
 
     Values: k1 and k3 are unbiased, k2 biased; k1 is negative for about half the samples; k2, k3
-    >= 0. Gradients as a *loss* (autograd through ``logp``, samples fixed; methods-core section 7.2):
+    >= 0 (Schulman, "Approximating KL Divergence", 2020). Gradients as a *loss* (autograd through
+    ``logp``, samples fixed; derived per state, as in Tang and Munos, arXiv 2506.09477, and the
+    placement study of Shah et al., arXiv 2512.21852):
     E[grad k1] = 0 (no regularisation at all); E[grad k2] = grad KL(pi || ref);
     E[grad k3] = grad KL(ref || pi), the *forward* KL (GRPO's choice, TRL/verl default). Placed *in
     the reward* (detached; :func:`labkit.advantages.kl_penalized_rewards`) k1 gives the unbiased
@@ -463,7 +537,7 @@ def value_loss(
     ``mask``                (B, T)  response mask
     ``clip_range_value``    float   eps_v >= 0 (TRL 0.2, verl 0.5); None = no clipping
     returns                 ()      loss (token mean over this micro-batch)
-    returns                 dict    ``vf_clipfrac``: share of tokens where the clipped branch won
+    returns                 dict    ``value_clipfrac``: share of tokens where the clipped branch won
     ======================  ======  =========================================================
 
     Zero gradient exactly when the value left the band and the band edge is farther from the target
@@ -483,7 +557,7 @@ def value_loss(
     loss = 0.5 * _masked_mean(torch.maximum(unclipped, clipped), m)
     with torch.no_grad():
         clipfrac = _masked_mean((clipped > unclipped).to(values.dtype), m)
-    return loss, {"vf_clipfrac": clipfrac}
+    return loss, {"value_clipfrac": clipfrac}
 
 
 def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, coef: float) -> torch.Tensor:
@@ -494,7 +568,7 @@ def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, coef: float) -> tor
     ===========  ======  =================================================
     ``entropy``  (B, T)  per-token entropy (differentiable to have effect)
     ``mask``     (B, T)  response mask
-    ``coef``     float   c (TRL ``entropy_coef``; GFPO paper 0.001)
+    ``coef``     float   c, finite (TRL ``entropy_coef``; GFPO paper 0.001)
     returns      ()      loss term; negative c penalises entropy
     ===========  ======  =================================================
 
@@ -502,6 +576,7 @@ def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, coef: float) -> tor
     same for every ``loss_type``).
     """
     _check_same_shape(entropy, "entropy", mask=mask)
+    _check_finite_number(coef=coef)
     return -coef * _masked_mean(entropy, mask.bool())
 
 
@@ -557,6 +632,11 @@ def policy_loss(
     entropy_coef: float = 0.0,
     sapo_temperature_pos: float = 1.0,
     sapo_temperature_neg: float = 1.05,
+    vespo_k_pos: float = 2.0,
+    vespo_lambda_pos: float = 3.0,
+    vespo_k_neg: float = 3.0,
+    vespo_lambda_neg: float = 2.0,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     r"""The policy loss of one micro-batch, as TRL's ``GRPOTrainer._compute_loss`` composes it.
 
@@ -564,7 +644,9 @@ def policy_loss(
        ``"sequence"`` :math:`s_i` (GSPO, :func:`sequence_log_ratio`); ``"sequence_token"``
        :math:`s_{i,t}` (GSPO-token, :func:`gspo_token_log_ratio`);
     2. per-token surrogate by ``loss_type``: clipped (grpo, bnpo, dr_grpo, dapo, sequence_sum),
-       ``cispo`` (weight capped at ``epsilon_high``), ``sapo`` (soft gate);
+       ``cispo`` (weight capped at ``epsilon_high``), ``sapo`` (soft gate), ``vespo`` (Gamma
+       kernel of the sequence weight), then times ``token_weights`` when given (the trainer's
+       token filters: top-entropy quantile, Clip-Cov/KL-Cov, importance-sampling correction);
     3. :math:`+\beta\,k` with :math:`k` = ``kl_estimate(logp, ref_logp, kl_estimator)``, times
        :math:`w` if ``use_bias_correction_kl`` (DeepSeek-V3.2);
     4. :func:`aggregate` by ``loss_type``;
@@ -582,6 +664,9 @@ def policy_loss(
     ``ref_logp``                 (B, T)      reference log-probs, required when ``beta > 0``
     ``entropy``                  (B, T)      per-token entropy, required when ``entropy_coef != 0``;
                                              also logged when given
+    ``token_weights``            (B, T)      optional non-negative multiplier of each token's
+                                             surrogate (0 drops a token's gradient); the
+                                             normalisers still count every masked-in token
     returns ``loss``             ()          scalar to back-propagate
     returns ``metrics``          dict        detached 0-dim tensors (no device sync), see below
     ===========================  ==========  ==========================================================
@@ -590,18 +675,20 @@ def policy_loss(
     ``epsilon_high`` (upper clip, None = ``epsilon``; for ``cispo`` the absolute cap on the IS
     weight, required, 5.0 recommended), ``delta`` (cap of the unclipped ratio, > 1), ``beta``,
     ``max_completion_length`` (``dr_grpo``), ``num_items_in_batch`` (``dapo``/``cispo``),
-    ``sapo_temperature_pos/neg``. ``dual_clip`` is verl's ``clip_ratio_c``. Both epsilons may be
+    ``sapo_temperature_pos/neg``, ``vespo_k_pos``... ``dual_clip`` is verl's ``clip_ratio_c``. Both epsilons may be
     ``float('inf')`` to switch clipping off. ``num_sequences_in_batch``: see :func:`aggregate`.
 
-    Metrics: ``policy_loss`` (aggregated surrogate), ``kl`` (mean per-token KL term, when
-    ``beta > 0``), ``entropy`` (mean, when given), ``clip_ratio/low_mean`` (A < 0 and w < 1 - eps),
-    ``clip_ratio/high_mean`` (A > 0 and w > 1 + eps_high; for cispo w > cap), ``clip_ratio/region_mean``
-    (either), ``clip_ratio/dual_mean`` (A < 0 and w > c), ``approx_kl_old/k1`` and ``/k3`` (KL of
-    the old policy to the current one from the token log-ratios), ``ratio/mean|min|max|std`` of
-    w. All are means over valid tokens of this micro-batch (TRL averages sequence-level clip flags
-    over sequences; here a clipped sequence counts all its tokens, as in the GSPO paper).
+    Metrics, named as in :data:`labkit.metrics.METRICS`: ``loss`` (the aggregated surrogate),
+    ``kl_ref`` (mean per-token KL term, when ``beta > 0``), ``entropy`` (mean, when given),
+    ``clip_low`` (A < 0 and w < 1 - eps), ``clip_high`` (A > 0 and w > 1 + eps_high; for cispo
+    w > cap), ``clip_region`` (either), ``clip_dual`` (A < 0 and w > c), ``kl_old`` and
+    ``kl_old_k1`` (k3 and k1 estimates of KL(old || current) from the token log-ratios),
+    ``ratio_mean|min|max|std`` of w. All are means over valid tokens of this micro-batch (TRL
+    averages sequence-level clip flags over sequences; here a clipped sequence counts all its
+    tokens, as in the GSPO paper).
 
-    Raises ``ValueError`` for unknown names, bad shapes, negative epsilons/beta, ``delta`` or
+    Raises ``ValueError`` for unknown names, bad shapes, negative epsilons/beta, infinite beta or
+    entropy_coef, ``delta`` or
     ``dual_clip`` with a loss type that does not clip, missing ``ref_logp``/``entropy``/
     ``epsilon_high`` where needed, and NaN/inf at valid positions of the inputs.
     """
@@ -616,9 +703,11 @@ def policy_loss(
     if logp.dim() != 2:
         raise ValueError(f"logp must have shape (B, T), got {tuple(logp.shape)}")
     _check_same_shape(
-        logp, "logp", old_logp=old_logp, mask=mask, ref_logp=ref_logp, entropy=entropy
+        logp, "logp", old_logp=old_logp, mask=mask, ref_logp=ref_logp, entropy=entropy,
+        token_weights=token_weights,
     )
     _check_non_negative(epsilon=epsilon, epsilon_high=epsilon_high, beta=beta)
+    _check_finite_number(beta=beta, entropy_coef=entropy_coef)
     if loss_type == "cispo" and epsilon_high is None:
         raise ValueError(
             "loss_type='cispo' needs epsilon_high, the absolute cap on the importance weight "
@@ -660,8 +749,16 @@ def policy_loss(
         per_token = cispo_surrogate(logp, log_w, adv, max_weight=epsilon_high)
     elif loss_type == "sapo":
         per_token = sapo_surrogate(log_w, adv, sapo_temperature_pos, sapo_temperature_neg)
+    elif loss_type == "vespo":
+        if adv.shape[1] != 1:
+            raise ValueError("loss_type='vespo' weighs whole sequences: give one advantage per "
+                             "sequence, shape (B,) or (B, 1)")
+        per_token = vespo_surrogate(logp, token_lr, adv, m, vespo_k_pos, vespo_lambda_pos,
+                                    vespo_k_neg, vespo_lambda_neg)
     else:
         per_token = clipped_surrogate(log_w, adv, epsilon, epsilon_high, delta, dual_clip)
+    if token_weights is not None:
+        per_token = per_token * token_weights.detach()
 
     agg = {
         "mask": m,
@@ -672,7 +769,7 @@ def policy_loss(
     }
     pg_loss = aggregate(per_token, **agg)
     loss = pg_loss
-    metrics: dict[str, torch.Tensor] = {"policy_loss": pg_loss.detach()}
+    metrics: dict[str, torch.Tensor] = {"loss": pg_loss.detach()}
 
     if beta > 0:
         kl = kl_estimate(logp, torch.where(m, ref_logp, 0), kl_estimator)
@@ -680,7 +777,7 @@ def policy_loss(
             kl = kl * torch.exp(log_w)
         # Aggregation is linear, so aggregating the KL separately equals aggregating the sum.
         loss = loss + beta * aggregate(kl, **agg)
-        metrics["kl"] = _masked_mean(kl.detach(), m)
+        metrics["kl_ref"] = _masked_mean(kl.detach(), m)
     if entropy is not None:
         metrics["entropy"] = _masked_mean(entropy.detach(), m)
         if entropy_coef != 0:
@@ -704,8 +801,8 @@ def _ratio_metrics(log_w, token_lr, adv, m, loss_type, epsilon, epsilon_high, du
     zero = torch.zeros_like(w, dtype=torch.bool)
     if loss_type == "cispo":
         low, high = zero, (w > epsilon_high) & (a > 0)  # TRL's cispo_clip_ratio
-    elif loss_type == "sapo":
-        low = high = zero  # soft gate: nothing is hard-clipped
+    elif loss_type in ("sapo", "vespo"):
+        low = high = zero  # soft gate / kernel: nothing is hard-clipped
     else:
         low = (w < 1 - epsilon) & (a < 0)
         high = (w > 1 + epsilon_high) & (a > 0)
@@ -716,14 +813,14 @@ def _ratio_metrics(log_w, token_lr, adv, m, loss_type, epsilon, epsilon_high, du
     # Samples come from the old policy: KL(old || current) = kl_estimate(log pi_old, log pi).
     old_lp = torch.zeros_like(token_lr)
     return {
-        "clip_ratio/low_mean": _masked_mean(low.to(w.dtype), m),
-        "clip_ratio/high_mean": _masked_mean(high.to(w.dtype), m),
-        "clip_ratio/region_mean": _masked_mean((low | high).to(w.dtype), m),
-        "clip_ratio/dual_mean": _masked_mean(dual.to(w.dtype), m),
-        "approx_kl_old/k1": _masked_mean(kl_estimate(old_lp, token_lr, "k1"), m),
-        "approx_kl_old/k3": _masked_mean(kl_estimate(old_lp, token_lr, "k3"), m),
-        "ratio/mean": mean,
-        "ratio/min": torch.where(has_valid, torch.where(m, w, torch.inf).amin(), 1),
-        "ratio/max": torch.where(has_valid, torch.where(m, w, -torch.inf).amax(), 1),
-        "ratio/std": _masked_mean((w - mean) ** 2, m).sqrt(),
+        "clip_low": _masked_mean(low.to(w.dtype), m),
+        "clip_high": _masked_mean(high.to(w.dtype), m),
+        "clip_region": _masked_mean((low | high).to(w.dtype), m),
+        "clip_dual": _masked_mean(dual.to(w.dtype), m),
+        "kl_old_k1": _masked_mean(kl_estimate(old_lp, token_lr, "k1"), m),
+        "kl_old": _masked_mean(kl_estimate(old_lp, token_lr, "k3"), m),
+        "ratio_mean": mean,
+        "ratio_min": torch.where(has_valid, torch.where(m, w, torch.inf).amin(), 1),
+        "ratio_max": torch.where(has_valid, torch.where(m, w, -torch.inf).amax(), 1),
+        "ratio_std": _masked_mean((w - mean) ** 2, m).sqrt(),
     }

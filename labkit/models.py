@@ -128,6 +128,8 @@ def pick_device(device: str | torch.device = "auto") -> torch.device:
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
            "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+#: Accepted ``dtype`` names (``TrainConfig.dtype`` trains in all of them but float16).
+DTYPES = ("auto", *_DTYPES)
 
 
 def pick_dtype(device: torch.device, dtype: str | torch.dtype = "auto") -> torch.dtype:
@@ -225,10 +227,10 @@ def _quietly(load, *args, **kwargs):
 class ValueModel(nn.Module):
     """A critic for PPO: a copy of the policy's transformer trunk with a scalar head.
 
-    ``forward(input_ids, attention_mask) -> values`` of shape ``(B, T)``: the value of the state
-    *before* each position's token is predicted, read from the hidden state at that position.
-    Initialising the trunk from the policy (as verl and OpenRLHF do when no reward model is
-    given) means the critic starts with useful features; the head starts at zero so the first
+    ``forward(input_ids, attention_mask, position_ids) -> values`` of shape ``(B, T)``: the value
+    of the state *before* each position's token is predicted, read from the hidden state at that
+    position. Initialising the trunk from the policy (as verl and OpenRLHF do when no reward model
+    is given) means the critic starts with useful features; the head starts at zero so the first
     value estimates are 0 and the first advantages equal the returns.
     """
 
@@ -243,10 +245,15 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 
-    def forward(self, input_ids, attention_mask=None, position_ids=None):
+    def forward(self, input_ids, attention_mask=None, position_ids=None, *,
+                past_key_values=None, values_to_keep: int = 0):
+        """Values (B, T); ``values_to_keep = k`` keeps the last k positions only, and
+        ``past_key_values`` continues from a cache (the trainer's shared-prompt forward)."""
         out = self.trunk(input_ids=input_ids, attention_mask=attention_mask,
-                         position_ids=position_ids, use_cache=False)
-        return self.head(out.last_hidden_state).squeeze(-1)
+                         position_ids=position_ids, past_key_values=past_key_values,
+                         use_cache=past_key_values is not None)
+        hidden = out.last_hidden_state
+        return self.head(hidden[:, -values_to_keep:] if values_to_keep else hidden).squeeze(-1)
 
 
 def count_parameters(model: nn.Module) -> int:

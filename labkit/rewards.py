@@ -110,7 +110,26 @@ def format_reward(prompts, completions, **columns) -> list[float]:
 
 
 def _function_name(fn) -> str:
-    return getattr(fn, "__name__", None) or repr(fn)
+    """A function's name, also for ``functools.partial`` objects and callable instances."""
+    return (getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", None)
+            or type(fn).__name__)
+
+
+#: Metric names a reward column may not take (``reward_<name>`` would overwrite them).
+_RESERVED_REWARD_NAMES = ("std",)
+
+
+def reward_function_names(funcs) -> list[str]:
+    """Short, unique names for reward functions: ``accuracy_reward`` -> ``accuracy``; the history
+    logs function k as ``reward_<name>``. Repeats and names that would collide with another
+    column (``std_reward`` -> ``reward_std``) get a numeric suffix."""
+    names = []
+    for fn in funcs:
+        name = _function_name(fn).removesuffix("_reward")
+        if name in names or name in _RESERVED_REWARD_NAMES:
+            name = f"{name}_{len(names)}"
+        names.append(name)
+    return names
 
 
 def per_completion(rows: dict, num_generations: int) -> tuple[list, dict]:
@@ -137,8 +156,13 @@ def combine_rewards_by_weight(funcs, weights, prompts, completions, **columns):
     function 1.0.
 
     Raises :class:`RewardFunctionError`, naming the function, when one raises or returns
-    anything but one number or None per completion; ValueError when the weights do not match.
+    anything but one finite number (within float32's range) or None per completion: a string, a
+    dict, a 0-d tensor, a list of the wrong length, NaN or inf. A weight-0 function is still run
+    and checked, and its rewards are logged, but they never touch the total. ValueError when the
+    weights do not match or there is no function.
     """
+    if not funcs:
+        raise ValueError("no reward functions: give at least one (e.g. accuracy_reward)")
     weights = [1.0] * len(funcs) if weights is None else list(weights)
     if len(weights) != len(funcs):
         raise ValueError(f"got {len(weights)} reward weights for {len(funcs)} reward functions")
@@ -151,20 +175,40 @@ def combine_rewards_by_weight(funcs, weights, prompts, completions, **columns):
         except Exception as error:
             raise RewardFunctionError(
                 f"reward function {name!r} raised {type(error).__name__}: {error}") from error
-        if isinstance(result, (str, bytes)) or not hasattr(result, "__len__"):
-            raise RewardFunctionError(f"reward function {name!r} returned {type(result).__name__}"
-                                      f"; return a list with one float or None per completion")
-        if len(result) != n:
-            raise RewardFunctionError(f"reward function {name!r} returned {len(result)} rewards "
-                                      f"for {n} completions; return one per completion")
-        bad = [r for r in result if r is not None and not isinstance(r, Real)]
-        if bad:
-            raise RewardFunctionError(f"reward function {name!r} returned {bad[0]!r} "
-                                      f"({type(bad[0]).__name__}); rewards must be numbers or None")
-        per_function.append([math.nan if r is None else float(r) for r in result])
+        per_function.append(_checked_rewards(name, result, n))
     totals = []
     for i in range(n):
         judged = [w * rewards[i] for w, rewards in zip(weights, per_function)
-                  if not math.isnan(rewards[i])]
+                  if w != 0 and not math.isnan(rewards[i])]
         totals.append(sum(judged) if judged else math.nan)
     return per_function, totals
+
+
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _checked_rewards(name: str, result, n: int) -> list[float]:
+    """One function's result as floats (None -> NaN), or a RewardFunctionError naming it."""
+    if hasattr(result, "tolist") and getattr(result, "ndim", 1) == 1:
+        result = result.tolist()  # a 1-D tensor or array of rewards is fine
+    if isinstance(result, (str, bytes, dict)) or not isinstance(result, (list, tuple)):
+        raise RewardFunctionError(f"reward function {name!r} returned {type(result).__name__}"
+                                  f"; return a list with one float or None per completion")
+    if len(result) != n:
+        raise RewardFunctionError(f"reward function {name!r} returned {len(result)} rewards "
+                                  f"for {n} completions; return one per completion")
+    rewards = []
+    for r in result:
+        if r is None:
+            rewards.append(math.nan)
+            continue
+        if not isinstance(r, Real):  # bool is a Real: True counts as 1.0, as in TRL
+            raise RewardFunctionError(f"reward function {name!r} returned {r!r} "
+                                      f"({type(r).__name__}); rewards must be numbers or None")
+        value = float(r)
+        if not math.isfinite(value) or abs(value) > _FLOAT32_MAX:
+            raise RewardFunctionError(f"reward function {name!r} returned {value!r}; rewards "
+                                      f"must be finite numbers within float32's range (return "
+                                      f"None for a completion it cannot judge)")
+        rewards.append(value)
+    return rewards

@@ -53,21 +53,27 @@ class Rollout:
     truncated: torch.Tensor
     texts: list[str]
 
-    @property
-    def input_ids(self) -> torch.Tensor:
-        """Prompt and completion side by side, (B, P + L): what the training forward reads."""
-        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
-
-    @property
-    def attention_mask(self) -> torch.Tensor:
-        return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
-
 
 def prompt_text(tokenizer, prompt) -> str:
     """Render one prompt: a list of chat messages goes through the chat template (with the
-    assistant header appended); a plain string is used as it is."""
+    assistant header appended); a plain string is used as it is.
+
+    A message whose content holds one of the tokenizer's special tokens (``<|im_start|>``...)
+    is refused: the tokenizer would turn that text into a real control token, letting data open
+    a forged turn of the conversation (see :mod:`labkit.data`).
+    """
     if isinstance(prompt, str):
         return prompt
+    specials = [t for t in tokenizer.all_special_tokens if t]
+    for message in prompt:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            found = next((t for t in specials if t in content), None)
+            if found:
+                raise ValueError(f"a {message.get('role', '?')} message contains {found!r}, a "
+                                 f"chat-control token of this tokenizer; as text it would "
+                                 f"become the real token and change the conversation's "
+                                 f"structure. Remove it from the data: {content[:80]!r}")
     return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
 
 

@@ -173,7 +173,7 @@ def test_combine_rewards_names_the_faulty_function():
         with pytest.raises(RewardFunctionError, match=pattern):
             combine_rewards_by_weight([format_reward, fn], [1.0, 1.0], texts, texts)
     partial = functools.partial(exploding)
-    with pytest.raises(RewardFunctionError, match="functools.partial"):
+    with pytest.raises(RewardFunctionError, match="'exploding' raised"):  # the wrapped name
         combine_rewards_by_weight([partial], None, texts, texts)
     with pytest.raises(ValueError, match="2 reward weights for 1 reward functions"):
         combine_rewards_by_weight([format_reward], [1.0, 2.0], texts, texts)

@@ -43,6 +43,10 @@ from labkit.logprobs import logprobs_and_entropy
 from labkit.losses import policy_loss
 from labkit.shaping import overlong_penalty
 
+# TRL's log names of the clip fractions -> the lab's (labkit.metrics)
+TRL_METRICS = {"clip_ratio/low_mean": "clip_low", "clip_ratio/high_mean": "clip_high",
+               "clip_ratio/region_mean": "clip_region"}
+
 D = torch.float64
 B, T, L_MAX = 4, 6, 8
 
@@ -145,10 +149,10 @@ def labkit_loss(logp, old, ref, adv, mask, entropy, **kwargs):
 TRL_NAME = {"sequence_sum": "luspo"}
 CASES = [
     (loss_type, level, beta, bias_correction, delta)
-    for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "sequence_sum")
-    for level in ("token", "sequence")
+    for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "vespo", "sequence_sum")
+    for level in (("token",) if loss_type == "vespo" else ("token", "sequence"))
     for beta, bias_correction in ((0.0, False), (0.04, False), (0.04, True))
-    for delta in ((None, 1.5) if loss_type not in ("cispo", "sapo") else (None,))
+    for delta in ((None, 1.5) if loss_type not in ("cispo", "sapo", "vespo") else (None,))
 ]
 
 
@@ -193,16 +197,16 @@ def test_policy_loss_matches_trl_compute_loss(
     trl_metrics, metrics = expected[2], got[2]
     torch.testing.assert_close(metrics["entropy"].item(), trl_metrics["entropy"])
     if beta:
-        torch.testing.assert_close(metrics["kl"].item(), trl_metrics["kl"], rtol=1e-6, atol=1e-12)
+        torch.testing.assert_close(metrics["kl_ref"].item(), trl_metrics["kl"], rtol=1e-6,
+                                   atol=1e-12)
     if level == "token" and loss_type == "cispo":
         torch.testing.assert_close(
-            metrics["clip_ratio/high_mean"].item(), trl_metrics["cispo_clip_ratio"]
+            metrics["clip_high"].item(), trl_metrics["cispo_clip_ratio"]
         )
-    elif level == "token" and loss_type != "sapo":
-        for name in ("low_mean", "high_mean", "region_mean"):
-            torch.testing.assert_close(
-                metrics[f"clip_ratio/{name}"].item(), trl_metrics[f"clip_ratio/{name}"]
-            )
+    elif level == "token" and loss_type not in ("sapo", "vespo"):
+        for trl_name, lab in TRL_METRICS.items():  # TRL's name -> the lab's
+            if trl_name.startswith("clip_ratio/"):
+                torch.testing.assert_close(metrics[lab].item(), trl_metrics[trl_name])
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"])

@@ -1,0 +1,135 @@
+"""The training forward: the model's outputs at the positions that predict each completion token.
+
+The textbook forward (notebook 02, :mod:`labkit.grpo_minimal`) runs ``[prompt | completion]``
+through the model and reads the logits of positions ``P-1 .. P+L-2``. The trainer runs the same
+computation with two savings that leave every value and gradient unchanged (up to float rounding;
+``tests/test_forward.py`` checks both):
+
+* **shared prompts** (:func:`shared_prompt_forward`): the G completions of a prompt share one
+  forward of the prompt; its keys and values are repeated for each completion (a differentiable
+  copy, so gradients still reach the prompt's positions G times), and the completions run on top
+  of that cache. Prompts are about as long as completions in the lab, so this halves the work.
+* **length packing** (:func:`length_packed_micro_batches`): micro-batches gather completions of
+  similar length, so little compute goes to padding.
+
+Every function here takes a ``call(ids, mask, positions, cache, keep)`` that runs one model and
+returns its outputs at the last ``keep`` positions: :func:`policy_call` (logits of a causal LM)
+or :func:`critic_call` (values of a :class:`labkit.models.ValueModel`). Batches are
+:class:`labkit.experience.Experience` rows (left-padded prompts, right-padded completions).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from labkit.logprobs import logprobs_and_entropy, token_logprobs
+
+#: What one extra forward + backward costs, in padded tokens' worth of compute: on a CPU the tiny
+#: model's per-call overhead is small next to its per-token cost; on a GPU kernel launches
+#: dominate, so wide micro-batches with some padding are cheaper than many narrow ones.
+FORWARD_COST_IN_TOKENS = {"cpu": 256, "cuda": 8192}
+
+
+def policy_call(model):
+    """``call`` for a causal LM: logits at the last ``keep`` positions, (b, keep, V)."""
+    def call(ids, mask, positions, cache, keep):
+        return model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                     past_key_values=cache, use_cache=cache is not None,
+                     logits_to_keep=keep).logits
+    return call
+
+
+def critic_call(critic):
+    """``call`` for a :class:`labkit.models.ValueModel`: values at the last ``keep`` positions."""
+    def call(ids, mask, positions, cache, keep):
+        return critic(ids, mask, positions, past_key_values=cache, values_to_keep=keep)
+    return call
+
+
+def plain_forward(call, batch) -> torch.Tensor:
+    """Outputs predicting each completion token, (b, l, ...): one forward of
+    ``[prompt | completion]``, the textbook way."""
+    width = batch.completion_ids.size(1)
+    return call(batch.input_ids, batch.attention_mask, batch.position_ids, None, width + 1)[:, :-1]
+
+
+def shared_prompt_forward(call, batch) -> torch.Tensor:
+    """Same result as :func:`plain_forward`, each distinct prompt (``batch.prompt_index``) run
+    once and its cache repeated for its completions."""
+    from transformers import DynamicCache
+
+    prompt_width, width = batch.prompt_ids.size(1), batch.completion_ids.size(1)
+    unique, inverse = torch.unique(batch.prompt_index, return_inverse=True)
+    rows = torch.arange(len(batch), device=inverse.device)
+    first = torch.empty_like(unique).scatter_(0, inverse, rows)  # one row per distinct prompt
+    prompt_mask, cache = batch.prompt_mask[first], DynamicCache()
+    positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+    # The last prompt position predicts the first completion token.
+    head = call(batch.prompt_ids[first], prompt_mask, positions, cache, 1)[inverse]
+    if width == 1:
+        return head
+    cache.batch_select_indices(inverse)
+    tail = call(batch.completion_ids[:, :-1], batch.attention_mask[:, :-1],
+                batch.position_ids[:, prompt_width:-1], cache, width - 1)
+    return torch.cat([head, tail], dim=1)
+
+
+def completion_outputs(call, batch, share_prompts: bool = True) -> torch.Tensor:
+    """:func:`shared_prompt_forward` when some prompt repeats in ``batch`` and sharing is allowed
+    (activation checkpointing recomputes forwards without the cache, so it turns sharing off),
+    else :func:`plain_forward`."""
+    if share_prompts and len(torch.unique(batch.prompt_index)) < len(batch):
+        return shared_prompt_forward(call, batch)
+    return plain_forward(call, batch)
+
+
+def completion_logprobs(model, batch, temperature: float, share_prompts: bool = True):
+    """Log-probs (b, l) of the completion tokens at ``temperature`` (no entropy)."""
+    logits = completion_outputs(policy_call(model), batch, share_prompts)
+    return token_logprobs(logits, batch.completion_ids, temperature)
+
+
+def completion_logprobs_and_entropy(model, batch, temperature: float,
+                                    share_prompts: bool = True):
+    """Log-probs and entropies (b, l) of the completion tokens at ``temperature``."""
+    logits = completion_outputs(policy_call(model), batch, share_prompts)
+    return logprobs_and_entropy(logits, batch.completion_ids, temperature)
+
+
+def completion_values(critic, batch, share_prompts: bool = True) -> torch.Tensor:
+    """Critic values (b, l) of the state before each completion token, float32."""
+    return completion_outputs(critic_call(critic), batch, share_prompts).float()
+
+
+def length_packed_micro_batches(prompt_lengths: torch.Tensor, completion_lengths: torch.Tensor,
+                                max_rows: int | None, device_type: str) -> list[torch.Tensor]:
+    """Split rows into micro-batches of similar lengths; returns a list of index tensors.
+
+    Rows are sorted by total length; a micro-batch closes at ``max_rows`` rows, or when widening
+    it for the next row would add more padding than one more forward costs
+    (:data:`FORWARD_COST_IN_TOKENS` of ``device_type``). ``prompt_lengths`` and
+    ``completion_lengths`` are (n,) real-token counts.
+    """
+    n = len(prompt_lengths)
+    cap = max_rows or max(n, 1)
+    order = (prompt_lengths + completion_lengths).argsort(stable=True)
+    overhead = FORWARD_COST_IN_TOKENS.get(device_type, FORWARD_COST_IN_TOKENS["cuda"])
+    batches, current, width = [], [], (0, 0)
+    for i in order.tolist():
+        p, c = int(prompt_lengths[i]), int(completion_lengths[i])
+        wider = (max(width[0], p), max(width[1], c))
+        padding = len(current) * (sum(wider) - sum(width))
+        if current and (len(current) == cap or padding > overhead):
+            batches.append(current)
+            current, wider = [], (p, c)
+        current.append(i)
+        width = wider
+    if current:
+        batches.append(current)
+    device = prompt_lengths.device
+    return [torch.tensor(b, device=device, dtype=torch.long) for b in batches]
+
+
+__all__ = ["FORWARD_COST_IN_TOKENS", "completion_logprobs", "completion_logprobs_and_entropy",
+           "completion_outputs", "completion_values", "critic_call", "length_packed_micro_batches",
+           "plain_forward", "policy_call", "shared_prompt_forward"]

@@ -1,0 +1,112 @@
+"""The one metric vocabulary of the lab: every column a run logs, and how a step averages them.
+
+A training history (``train(...).history``) has one row per step and the flat column names of
+:data:`METRICS`; :func:`labkit.losses.policy_loss` returns its diagnostics under the same names, so
+a number read off a loss call in a notebook is the number the history logs. TRL logs the same
+quantities under slash names (``clip_ratio/low_mean``, ``completions/mean_length``...):
+:data:`labkit.trl_bridge.TRL_METRICS` translates them, and nothing else in the lab uses them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+#: Column -> meaning of every metric a run logs (one row per step).
+METRICS = {
+    "step": "training steps completed (one step = one generation batch)",
+    "reward": "mean total reward of the sampled completions (weighted sum + overlong penalty)",
+    "reward_std": "standard deviation of the total reward over the sampled completions",
+    "reward_<name>": "mean reward of one reward function (e.g. reward_accuracy, reward_format)",
+    "accuracy": "fraction of sampled completions whose answer is correct (accuracy_reward)",
+    "completion_length": "mean completion length in tokens (end-of-turn included)",
+    "completion_length_max": "longest completion of the step",
+    "truncation_rate": "fraction of completions cut at max_completion_length",
+    "frac_reward_zero_std": "fraction of sampled groups whose rewards are all equal (zero "
+                            "advantage under GRPO; what dynamic sampling drops)",
+    "groups_dropped": "groups dropped by dynamic sampling (all rounds)",
+    "resample_rounds": "extra sampling rounds dynamic sampling needed to refill the batch",
+    "completions_trained": "completions that went through the training forward (the others "
+                           "had no gradient to give)",
+    "temperature": "sampling temperature of the step (follows temperature_schedule)",
+    "loss": "policy surrogate loss per optimizer step (about 0 on-policy even though the "
+            "gradient is not; KL and entropy terms excluded)",
+    "clip_low": "share of loss tokens clipped at 1 - epsilon (A < 0): zero gradient",
+    "clip_high": "share of loss tokens clipped at 1 + epsilon_high (A > 0): zero gradient",
+    "clip_region": "share of loss tokens in either clipped region",
+    "clip_dual": "share of loss tokens past dual-clip's c (A < 0): zero gradient",
+    "kl_old": "k3 estimate of KL(old policy || current policy) on the loss tokens",
+    "kl_ref": "mean per-token KL estimate to the reference model (only when beta > 0)",
+    "entropy": "mean per-token entropy (nats) of the policy on the completions that trained",
+    "entropy_high_frac": "share of loss tokens whose entropy exceeds entropy_threshold nats",
+    "tokens_masked": "share of loss tokens whose gradient a token filter removed "
+                     "(top_entropy_quantile, Clip-Cov, KL-Cov, sampler importance masking)",
+    "value_loss": "PPO critic loss (clipped squared error to the GAE returns)",
+    "value_clipfrac": "share of tokens where the clipped value branch was used",
+    "explained_variance": "PPO: 1 - Var(returns - values) / Var(returns) on the step's samples, "
+                          "before the critic trains on them (0: no better than a constant)",
+    "grad_norm": "global gradient norm of the policy before clipping (mean over optimizer steps)",
+    "value_grad_norm": "global gradient norm of the critic before clipping",
+    "skipped_nonfinite": "optimizer steps skipped because the loss, the gradient or the updated "
+                         "weights were NaN/inf (the weights are then rolled back)",
+    "ref_reset": "1 when the reference model was reset to the policy after this step",
+    "learning_rate": "learning rate of the step's first optimizer step",
+    "step_time": "seconds for the whole step (evaluation excluded)",
+    "generation_time": "seconds spent sampling completions",
+    "tokens_per_second": "completion tokens sampled per second of step time",
+    "peak_memory_mb": "peak CUDA memory allocated in the step, else peak process RSS (MiB)",
+    "eval_accuracy": "pass@1 on the eval split at the sampling temperature (every eval_every)",
+    "eval_pass@k": "fraction of eval prompts solved by at least one of eval_k samples",
+    "eval_length": "mean eval completion length",
+    "eval_format_rate": "fraction of eval completions in the answer format",
+    "eval_truncation": "fraction of eval completions cut at max_completion_length",
+}
+
+#: Columns that measure the machine, not the algorithm (they differ between identical runs).
+TIMING_COLUMNS = ("step_time", "generation_time", "tokens_per_second", "peak_memory_mb")
+
+#: Columns every step has, NaN when nothing trained (so tables line up across steps).
+ALWAYS_LOGGED = ("loss", "clip_low", "clip_high", "clip_region", "kl_old", "entropy")
+
+
+def describe(column: str) -> str:
+    """The meaning of a history column (``reward_accuracy`` resolves to ``reward_<name>``)."""
+    if column in METRICS:
+        return METRICS[column]
+    if column.startswith("reward_"):
+        return f"{METRICS['reward_<name>']}: here {column.removeprefix('reward_')}"
+    raise KeyError(f"{column!r} is not a metric the lab logs; see labkit.metrics.METRICS")
+
+
+class StepStats:
+    """Weighted means of per-micro-batch metrics over one step, kept as tensors until the end
+    (one device sync per step instead of one per metric and micro-batch)."""
+
+    def __init__(self):
+        self.sums, self.weights, self.counts = {}, {}, {}
+        self.optimizer_steps = 0
+
+    def add(self, name: str, value, weight) -> None:
+        """Add ``value`` with ``weight`` (e.g. its token count). ``weight=None``: a sum per
+        optimizer step (the loss of the micro-batches), averaged over optimizer steps."""
+        value = value.detach().float() if isinstance(value, torch.Tensor) else float(value)
+        w = 1.0 if weight is None else weight
+        self.sums[name] = self.sums.get(name, 0.0) + value * w
+        self.weights[name] = None if weight is None else self.weights.get(name, 0.0) + w
+
+    def count(self, name: str, value: int) -> None:
+        self.counts[name] = self.counts.get(name, 0) + value
+
+    def result(self) -> dict:
+        row = dict(self.counts)
+        for name, total in self.sums.items():
+            weight = self.weights[name]
+            denominator = self.optimizer_steps if weight is None else weight
+            row[name] = float(total / denominator) if float(denominator) > 0 else math.nan
+        for name in ALWAYS_LOGGED:
+            row.setdefault(name, math.nan)
+        return row
+
+
+__all__ = ["ALWAYS_LOGGED", "METRICS", "TIMING_COLUMNS", "StepStats", "describe"]

@@ -1,0 +1,103 @@
+"""Run control: what keeps a run safe to stop and to resume, kept out of the algorithm's way.
+
+* :class:`InterruptGuard`: Ctrl-C (the notebook's stop button) never leaves an update, a history
+  row, an evaluation or a checkpoint half written. Inside a guarded block the signal is recorded,
+  not raised; the trainer stops at the next safe point. A second Ctrl-C in the block is recorded
+  too (a checkpoint being written is never torn apart).
+* :func:`capture_rng` / :func:`restore_rng`: the random state a step draws from, so a step that
+  failed before its update (an interrupt or an error while sampling or scoring) can be retried
+  with the same prompts and samples.
+* :func:`peak_memory_mb`: peak CUDA memory, else the process's peak resident memory, on Linux,
+  macOS and Windows alike.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import sys
+import threading
+
+import torch
+
+
+class InterruptGuard:
+    """Hold SIGINT while a block runs; ``requested`` says whether one arrived.
+
+    Re-entrant (nested blocks keep the outermost handler) and a no-op outside the main thread,
+    where Python cannot install signal handlers.
+    """
+
+    def __init__(self):
+        self.requested = False
+        self._depth = 0
+        self._previous = None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            if self._depth == 0:
+                self._previous = signal.signal(signal.SIGINT, self._record)
+            self._depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        if self._depth:
+            self._depth -= 1
+            if self._depth == 0:
+                signal.signal(signal.SIGINT, self._previous)
+        return False
+
+    def _record(self, signum, frame):
+        self.requested = True
+
+    def raise_if_requested(self) -> None:
+        """Raise the held KeyboardInterrupt now that it is safe (clears the request)."""
+        if self.requested:
+            self.requested = False
+            raise KeyboardInterrupt
+
+
+def capture_rng(generator: torch.Generator) -> dict:
+    """The state of every random number generator a step draws from."""
+    state = {"python": random.getstate(), "torch": torch.get_rng_state(),
+             "generator": generator.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict, generator: torch.Generator) -> None:
+    """Put back the states saved by :func:`capture_rng`."""
+    random.setstate(_as_python_state(state["python"]))
+    torch.set_rng_state(state["torch"])
+    generator.set_state(state["generator"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _as_python_state(state):
+    """``random.setstate`` wants tuples; a state read back from a checkpoint may hold lists."""
+    version, internal, gauss = state
+    return version, tuple(internal), gauss
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """Peak CUDA memory allocated on ``device`` (since the last reset), else the process's peak
+    resident set size, in MiB; NaN where the platform does not say."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    try:
+        import resource  # POSIX only: imported here so that Windows can import the trainer
+    except ImportError:
+        try:
+            import psutil
+
+            info = psutil.Process().memory_info()
+            return getattr(info, "peak_wset", info.rss) / 2**20
+        except ImportError:
+            return float("nan")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
+__all__ = ["InterruptGuard", "capture_rng", "peak_memory_mb", "restore_rng"]

@@ -41,6 +41,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from labkit.models import _quietly
+
 STATE_FILE = "trainer_state.pt"
 MANIFEST_FILE = "manifest.json"
 
@@ -57,7 +59,7 @@ def save_checkpoint(directory, *, model, tokenizer, state: dict, history: pd.Dat
     if partial.exists():
         shutil.rmtree(partial)
     partial.mkdir(parents=True)
-    model.save_pretrained(partial / "model")
+    _quietly(model.save_pretrained, partial / "model")  # no progress bar per checkpoint
     tokenizer.save_pretrained(partial / "model")
     if value_model is not None:
         torch.save(value_model.state_dict(), partial / "value_model.pt")
@@ -100,7 +102,7 @@ def verify_checkpoint(directory) -> None:
     :class:`CheckpointError` naming the first file that is missing or differs."""
     directory = Path(directory)
     manifest_path = directory / MANIFEST_FILE
-    if not (directory / STATE_FILE).exists():
+    if not (directory / STATE_FILE).exists() and not manifest_path.exists():
         raise FileNotFoundError(f"{directory} is not a labkit checkpoint (no {STATE_FILE})")
     if not manifest_path.exists():
         raise CheckpointError(f"checkpoint {directory} has no {MANIFEST_FILE}: it was not "

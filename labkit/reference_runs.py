@@ -34,6 +34,10 @@ def load_spec(path: str | Path) -> dict:
     spec = json.loads(Path(path).read_text())
     if "preset" not in spec:
         raise ValueError(f"{path}: a run spec needs a 'preset' key (e.g. \"grpo\")")
+    refused = sorted({"resume_from", "output_dir"} & set(spec.get("overrides", {})))
+    if refused:
+        raise ValueError(f"{path}: a reference run starts from the shipped model and writes only "
+                         f"its log; the overrides may not set {', '.join(refused)}")
     return spec
 
 

@@ -470,7 +470,7 @@ def kl_penalized_token_rewards(
     =================  ======  ==============================================================
 
     With k1 and undiscounted returns this gives the unbiased gradient of the sequence KL ("in
-    reward" placement, methods-core section 7.2). The KL is detached: in-reward KL acts only
+    reward" placement; Shah et al., arXiv 2512.21852, section 3). The KL is detached: in-reward KL acts only
     through the advantages.
     """
     if beta < 0:

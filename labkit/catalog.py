@@ -1,14 +1,16 @@
 """The machine-readable catalog of every method and trick in the lab.
 
 Each :class:`Method` says what a method changes relative to plain GRPO, the paper it comes from,
-how to switch it on (``labkit`` functions and :class:`labkit.config.TrainConfig` fields), the
-notebook that demonstrates it and the tests that check it. ``status="implemented"`` means the
-named labkit functions exist and are tested; ``"planned"`` means the lab will have it but the code
-does not exist yet (its ``functions`` are then empty). ``tests/test_catalog.py`` keeps this honest:
-functions import, test ids exist, notebooks mention the ids.
+how to switch it on (:class:`labkit.config.TrainConfig` fields the trainer acts on, and the
+``labkit`` functions that compute it), the notebook that demonstrates it and the tests that check
+it. ``status`` is derived, not written: a method is ``"implemented"`` when it names a config switch
+or a function, else ``"planned"``. ``tests/test_catalog.py`` keeps this honest: switches are real
+config fields the trainer reads, every method switch of ``TrainConfig`` belongs to some entry (so
+a switch cannot exist while its entry says "planned"), functions import, test ids exist,
+notebooks mention the ids.
 
-Ids are stable: the core path of the product brief (``CORE_IDS``) and the 29 tricks of the lab's
-trick list in its order (``TRICK_IDS``). Where the trick list credits a trick to the wrong source,
+Ids are stable: the lab's core path (``CORE_IDS``) and the 29 tricks it teaches, in a fixed order
+(``TRICK_IDS``). Where popular lists of GRPO tricks credit a trick to the wrong source,
 the entry cites the paper that introduced it and says so in ``note``. Notebooks 07-09 (exploration,
 rewards and data, scaling up) are not planned yet, so their methods have no notebook.
 
@@ -93,7 +95,6 @@ class Method:
         config: ``TrainConfig`` fields and the values that switch it on.
         notebook: ``notebooks/NN_name.ipynb`` that demonstrates it, or None.
         tests: pytest node ids (``tests/test_x.py::test_name``) that check it.
-        status: ``"implemented"`` or ``"planned"``.
         note: attribution corrections and how labkit departs from the paper.
     """
 
@@ -105,8 +106,12 @@ class Method:
     config: dict = field(default_factory=dict)
     notebook: str | None = None
     tests: tuple[str, ...] = ()
-    status: str = "planned"
     note: str = ""
+
+    @property
+    def status(self) -> str:
+        """``"implemented"`` when a config switch or a function exists, else ``"planned"``."""
+        return "implemented" if self.config or self.functions else "planned"
 
     @property
     def switch(self) -> str:
@@ -115,7 +120,7 @@ class Method:
         return "; ".join(fields + list(self.functions))
 
 
-# Papers (titles and ids from the lab's reference notes).
+# Papers: (title, arXiv id).
 _PPO = ("Proximal Policy Optimization Algorithms", "1707.06347")
 _DUAL = ("Mastering Complex Control in MOBA Games with Deep Reinforcement Learning", "1912.09729")
 _GAE = ("High-Dimensional Continuous Control Using Generalized Advantage Estimation", "1506.02438")
@@ -207,13 +212,12 @@ _TA, _TF, _TL, _TK = (
     "tests/test_kl.py::",
 )
 _TRL = "tests/test_trl_crosscheck.py::"
+_TS = "tests/test_switches.py::"
 _LC, _TLC = "labkit.length_control.", "tests/test_length_control.py::"
 
 
 def _m(paper, **kwargs) -> Method:
     title, arxiv = paper
-    if kwargs.get("functions"):
-        kwargs.setdefault("status", "implemented")
     return Method(title=title, arxiv=arxiv, **kwargs)
 
 
@@ -293,6 +297,7 @@ CATALOG: tuple[Method, ...] = (
         changes="loss",
         config={"mask_truncated_completions": True},
         notebook=_NB["dapo"],
+        tests=(_TS + "test_truncated_completions_leave_the_loss",),
         note="Truncated completions leave the loss but still count in the group statistics "
         "(TRL); needs the rollout's truncation flags and the trainer.",
     ),
@@ -301,10 +306,11 @@ CATALOG: tuple[Method, ...] = (
         id="gspo-token",
         changes="ratio",
         functions=(_L + "gspo_token_log_ratio", _L + "policy_loss"),
+        config={"importance_sampling_level": "sequence_token", "num_mini_batches": 4},
         notebook=_NB["gspo"],
-        tests=(_TL + "test_gspo_token_equals_gspo_with_shared_advantages",),
-        note="policy_loss(importance_sampling_level='sequence_token'); only differs from GSPO with "
-        "per-token advantages. Gone from TRL 1.16.",
+        tests=(_TL + "test_gspo_token_equals_gspo_with_shared_advantages",
+               _TS + "test_every_loss_type_and_ratio_level_trains"),
+        note="Only differs from GSPO with per-token advantages. Gone from TRL 1.16.",
     ),
     _m(
         _GFPO,
@@ -323,10 +329,12 @@ CATALOG: tuple[Method, ...] = (
         id="gfpo-adaptive",
         changes="sampling",
         functions=(_F + "adaptive_num_remains", _F + "difficulty_quartiles", _F + "gfpo_filter"),
+        config={"num_generations": 16, "gfpo_adaptive_k": (8, 8, 6, 4)},
         notebook=_NB["gfpo"],
         tests=(
             _TF + "test_adaptive_k_by_quartile_bucket_and_before_ready",
             _TF + "test_adaptive_k_feeds_the_filter",
+            _TS + "test_adaptive_gfpo_keeps_more_of_the_harder_groups",
         ),
         note="Exact quantiles over the history of group mean rewards replace the paper's t-digest.",
     ),
@@ -354,7 +362,7 @@ CATALOG: tuple[Method, ...] = (
         _K2,
         id="kimi-temperature-decay",
         changes="temperature",
-        note="A Kimi K2 addition (arXiv 2507.20534 section 3.2.3), not k1.5 as trick lists say. "
+        note="A Kimi K2 addition (arXiv 2507.20534 section 3.2.3), not k1.5 as lists of GRPO tricks often say. "
         "Schedule and endpoints are unpublished.",
     ),
     _m(
@@ -417,12 +425,14 @@ CATALOG: tuple[Method, ...] = (
         id="gdpo-reward-decoupled-norm",
         changes="advantage",
         functions=(_A + "combine_rewards",),
+        config={"multi_objective_aggregation": "normalize_then_sum"},
         notebook=_NB["baselines"],
         tests=(
             _TA + "test_gdpo_example_from_the_paper",
             _TRL + "test_advantages_match_trl_generate_and_score",
+            _TS + "test_gdpo_switch_gives_the_decoupled_advantages",
         ),
-        note="combine_rewards(mode='normalize_then_sum'); TRL: multi_objective_aggregation.",
+        note="TRL's name for the switch: multi_objective_aggregation.",
     ),
     _m(
         _REMAX,
@@ -490,8 +500,10 @@ CATALOG: tuple[Method, ...] = (
         _PRORL,
         id="prorl-high-temperature",
         changes="temperature",
-        note="Sample at temperature 1.2; log-probs must use the same temperature "
-        "(labkit.logprobs does) - the sampling side is the rollout's.",
+        config={"temperature": 1.2},
+        tests=(_TS + "test_on_policy_ratio_is_one_at_any_temperature",),
+        note="Sample at temperature 1.2; the training log-probs use the same temperature, so the "
+        "on-policy ratio stays exactly 1.",
     ),
     _m(
         _K15,
@@ -541,10 +553,12 @@ CATALOG: tuple[Method, ...] = (
         id="kimi-budget-control",
         changes="reward",
         functions=(_LC + "budget_control_reward", _LC + "kimi_length_reward"),
+        config={"length_reward": "budget", "length_target": 64},
         notebook=_NB["gfpo"],
         tests=(
             _TLC + "test_budget_control_over_budget_is_penalised_regardless_of_correctness",
             _TLC + "test_kimi_length_reward_reference_example",
+            _TS + "test_length_rewards_shape_the_trainers_rewards",
         ),
         note="A Kimi K2 addition, not k1.5 (k1.5 has the length reward, kimi_length_reward). "
              "Budgets and penalty are unpublished.",
@@ -554,21 +568,37 @@ CATALOG: tuple[Method, ...] = (
         id="laser-length-reward",
         changes="reward",
         functions=(_LC + "laser_reward", _LC + "laser_adaptive_target"),
+        config={"length_reward": "laser", "length_target": 48, "length_reward_weight": 0.5},
         notebook=_NB["gfpo"],
-        tests=(_TLC + "test_laser_reference_examples", _TLC + "test_laser_adaptive_target_ecr"),
+        tests=(_TLC + "test_laser_reference_examples", _TLC + "test_laser_adaptive_target_ecr",
+               _TS + "test_length_rewards_shape_the_trainers_rewards"),
+        note="LASER-D's adaptive target (laser_adaptive_target) is a teaching function: the "
+        "trainer has no monitoring set to recompute it on.",
     ),
     _m(
         _DLER,
         id="dler-difficulty-truncation",
         changes="sampling",
         functions=(_LC + "truncation_reward", _LC + "difficulty_truncation_lengths"),
+        config={"length_reward": "difficulty_truncation", "length_target": 64,
+                "length_target_easy": 32},
         notebook=_NB["gfpo"],
         tests=(_TLC + "test_truncation_reward_zero_beyond_the_limit",
-               _TLC + "test_da_dler_lengths_and_the_tie"),
+               _TLC + "test_da_dler_lengths_and_the_tie",
+               _TS + "test_length_rewards_shape_the_trainers_rewards"),
         note="DA-DLER: a shorter truncation length for prompts solved more than half the time.",
     ),
     _m(_RFT, id="rft-rejection-sampling", changes="data"),
-    _m(_TULU, id="rlvr-rules", changes="reward", note="Verifiers live in labkit.rewards."),
+    _m(
+        _TULU,
+        id="rlvr-rules",
+        changes="reward",
+        functions=("labkit.rewards.accuracy_reward", "labkit.rewards.format_reward"),
+        tests=("tests/test_rewards.py::test_accuracy_reward_on_strings_and_messages",
+               "tests/test_rewards.py::test_format_reward",
+               "tests/test_rewards.py::test_rewards_never_raise_on_malformed_completions"),
+        note="The lab's default rewards are rule verifiers of exact answers and of the format.",
+    ),
     _m(_TTRL, id="ttrl-majority-vote", changes="reward"),
     _m(_GENRM, id="generative-judge", changes="reward"),
     _m(_MTGRPO, id="multitask-weights", changes="data"),

@@ -1,5 +1,5 @@
 """labkit.advantages and labkit.shaping: every "how to verify" property of the reference for the
-advantage estimators (methods-core sections 1-4, methods-tricks sections 2, 5-8) and DAPO's
+advantage estimators (GRPO, Dr. GRPO, RLOO, ReMax, OPO, GDPO, DLER's batch scaling, GAE) and DAPO's
 soft overlong punishment."""
 
 import math
@@ -160,7 +160,7 @@ def test_remax_subtracts_the_greedy_reward_of_each_prompt():
 
 
 def test_any_action_independent_baseline_leaves_the_expected_gradient_unchanged():
-    """Exact tabular bandit: E[(R - b) grad log pi] = E[R grad log pi] (methods-core 1.1 (i))."""
+    """Exact tabular bandit: E[(R - b) grad log pi] = E[R grad log pi] (the baseline theorem: a baseline that does not depend on the action adds no bias)."""
     theta = torch.tensor([0.3, -0.2, 0.5], dtype=D, requires_grad=True)
     reward = t(1.0, 0.0, 2.0)
 

@@ -1,4 +1,4 @@
-"""labkit.filters: DAPO dynamic sampling and GFPO (methods-core sections 3 and 6)."""
+"""labkit.filters: DAPO dynamic sampling (arXiv 2503.14476) and GFPO (arXiv 2508.09726)."""
 
 import pytest
 import torch

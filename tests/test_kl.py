@@ -1,4 +1,4 @@
-"""KL estimators k1/k2/k3 (methods-core section 7): values, and the exact expected gradient of every
+"""KL estimators k1/k2/k3 (Schulman 2020; placement per arXiv 2512.21852): values, and the exact expected gradient of every
 placement (in the loss / in the reward) on a categorical policy, by enumeration, in float64."""
 
 import pytest

@@ -1,4 +1,5 @@
-"""labkit.length_control: the "how to verify" properties of methods-tricks.md sections 1, 2, 11."""
+"""labkit.length_control: the checkable properties of each length method (Kimi k1.5 and K2, DLER,
+LASER), with the papers' own examples where they give one."""
 
 import pytest
 import torch

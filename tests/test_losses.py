@@ -1,6 +1,7 @@
 """labkit.losses: surrogates, ratios, aggregation and value loss, checked through autograd.
 
-Every gradient statement of methods-core (sections 0-6, 8) is checked on the gradient itself, in
+Every gradient statement the docstrings make (the four sign cases, dual-clip, GSPO, CISPO, SAPO,
+the aggregations) is checked on the gradient itself, in
 float64. Boundary ratios (exactly 1 +- eps) are avoided: ties there are implementation-defined.
 """
 
@@ -129,7 +130,7 @@ def test_delta_caps_the_unclipped_ratio():
     torch.testing.assert_close(grad, t(0.0, 1.5))
 
 
-# ---------------------------------------------------------------- aggregation (methods-core section 0)
+# ---------------------------------------------------------------- aggregation
 
 
 @pytest.mark.parametrize(

@@ -181,6 +181,15 @@ def group_advantages(
 ) -> torch.Tensor:
     r"""GRPO group-relative advantage (and its Dr. GRPO / batch-std variants).
 
+    Textbook form (``scale_rewards="group"``, no missing rewards)::
+
+        r = rewards.view(-1, num_generations)              # one row per prompt's group
+        A = (r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + eps)
+        return A.view(-1)
+
+    The code below adds the NaN (missing reward) rule, exact zeros for constant groups and the
+    ``"batch"``/``"none"`` scales.
+
     .. math::
         \hat A_i = \frac{r_i - \operatorname{mean}_{j\in g(i)} r_j}{\sigma + \varepsilon},\qquad
         \sigma = \begin{cases}\operatorname{std}_{j\in g(i)} r_j & \texttt{"group"} \text{ (GRPO)}\\
@@ -226,6 +235,12 @@ def group_advantages(
 
 def rloo_advantages(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
     r"""REINFORCE Leave-One-Out: baseline = mean reward of the *other* completions of the prompt.
+
+    Textbook form::
+
+        r = rewards.view(-1, G)
+        A = r - (r.sum(-1, keepdim=True) - r) / (G - 1)    # mean of the *other* rewards
+        return A.view(-1)
 
     .. math::
         \hat A_i = r_i - \frac{1}{G-1}\sum_{j\ne i} r_j = \frac{G}{G-1}\,(r_i - \bar r)
@@ -287,6 +302,12 @@ def opo_advantages(
 ) -> torch.Tensor:
     r"""OPO: the variance-optimal baseline under "gradient norm^2 proportional to length".
 
+    Textbook form::
+
+        r, l = rewards.view(-1, G), lengths.view(-1, G).float()
+        baseline = (l * r).sum(-1, keepdim=True) / l.sum(-1, keepdim=True)
+        return (r - baseline).view(-1)
+
     .. math::
         b^* = \frac{\sum_{j\in g} l_j\, r_j}{\sum_{j\in g} l_j},\qquad \hat A_i = r_i - b^*
 
@@ -314,6 +335,10 @@ def batch_normalize(
     advantages: torch.Tensor, mask: torch.Tensor | None = None, eps: float = 1e-4
 ) -> torch.Tensor:
     r"""Batch-level scaling: z-score of the advantages over the whole batch (or its valid tokens).
+
+    Textbook form (no mask)::
+
+        return (advantages - advantages.mean()) / (advantages.std() + eps)
 
     .. math::
         \hat A \leftarrow \frac{\hat A - \operatorname{mean}_{\text{batch}}\hat A}
@@ -520,6 +545,15 @@ def gae(
     lam: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Generalised Advantage Estimation over response tokens, and the critic's targets.
+
+    Textbook form (one sequence, no holes in the mask)::
+
+        A, next_value, running = torch.zeros(T), 0.0, 0.0
+        for t in reversed(range(T)):
+            delta = rewards[t] + gamma * next_value - values[t]   # TD error
+            running = delta + gamma * lam * running
+            A[t], next_value = running, values[t]
+        returns = A + values
 
     .. math::
         \delta_t = r_t + \gamma V(s_{t+1}) - V(s_t),\qquad

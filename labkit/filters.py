@@ -124,6 +124,12 @@ def gfpo_advantages(
 ) -> torch.Tensor:
     r"""GFPO advantage: group statistics over the retained completions only, 0 for the rest.
 
+    Textbook form (one group, ``keep`` its bool mask)::
+
+        kept = rewards[keep]
+        A = torch.zeros_like(rewards)
+        A[keep] = (kept - kept.mean()) / (kept.std(unbiased=False) + eps)
+
     .. math::
         \hat A_i = \frac{R_i - \mu_S}{\sigma_S + \varepsilon}\, m_i,\qquad
         \mu_S = \tfrac1k\textstyle\sum_{j\in S}R_j,\quad

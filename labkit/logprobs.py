@@ -130,6 +130,15 @@ def logprobs_and_entropy(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     r"""Log-probability of each chosen token and the entropy of each next-token distribution.
 
+    Textbook form::
+
+        logp_all = torch.log_softmax(logits.float() / temperature, -1)
+        logp = logp_all.gather(-1, tokens[..., None]).squeeze(-1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+
+    The code below does the same in chunks, so a 151k vocabulary never materialises a float32
+    copy of all logits at once.
+
     .. math::
         z_t = \mathrm{logits}_t/\tau,\qquad
         \log\pi(y_t\mid s_t) = z_t[y_t]-\operatorname{logsumexp}(z_t),\qquad

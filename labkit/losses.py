@@ -195,6 +195,11 @@ def clipped_surrogate(
 ) -> torch.Tensor:
     r"""PPO clipped surrogate with clip-higher, TRL's two-sided ``delta`` and verl's dual-clip.
 
+    Textbook form (PPO, arXiv 1707.06347, eq. 7, negated)::
+
+        ratio = torch.exp(log_ratio)
+        return -torch.minimum(ratio * A, ratio.clamp(1 - eps_low, 1 + eps_high) * A)
+
     .. math::
         \ell = -\min\big(\hat r A,\ \mathrm{clip}(r, 1-\varepsilon_{low}, 1+\varepsilon_{high}) A\big),
         \qquad \hat r = \min(r, \delta)\ \text{if } \delta \text{ else } r
@@ -395,6 +400,11 @@ def aggregate(
 ) -> torch.Tensor:
     r"""Reduce a per-token loss to a scalar, with TRL's ``loss_type`` names.
 
+    Textbook form (``"grpo"``: mean over each sequence's tokens, then over sequences)::
+
+        m = mask.float()
+        return ((per_token_loss * m).sum(-1) / m.sum(-1)).mean()
+
     With :math:`m` the mask, :math:`|o_i|=\sum_t m_{i,t}`, :math:`N_{seq}` = ``num_sequences_in_batch``
     and :math:`N_{tok}` = ``num_items_in_batch``:
 
@@ -477,6 +487,11 @@ def aggregate(
 def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> torch.Tensor:
     r"""Schulman's per-token estimators of :math:`\mathrm{KL}(\pi\,\|\,\pi_{ref})` from tokens sampled by :math:`\pi`.
 
+    Textbook form::
+
+        d = ref_logp - logp
+        return {"k1": -d, "k2": d**2 / 2, "k3": d.exp() - d - 1}[kind]
+
     With :math:`d = \log\pi_{ref}(y_t) - \log\pi(y_t)` (the log of :math:`r=\pi_{ref}/\pi`):
 
     .. math::
@@ -523,6 +538,12 @@ def value_loss(
     clip_range_value: float | None = 0.2,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     r"""PPO critic loss with value clipping (OpenAI baselines ``ppo2``, TRL PPO, verl).
+
+    Textbook form::
+
+        clipped = old_values + (values - old_values).clamp(-eps_v, eps_v)
+        loss = torch.maximum((values - returns) ** 2, (clipped - returns) ** 2)
+        return 0.5 * loss[mask].mean()
 
     .. math::
         V^{clip} = V_{old} + \mathrm{clip}(V - V_{old}, -\varepsilon_v, \varepsilon_v),\qquad
@@ -639,6 +660,18 @@ def policy_loss(
     token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     r"""The policy loss of one micro-batch, as TRL's ``GRPOTrainer._compute_loss`` composes it.
+
+    Textbook form (token ratios, PPO clip, ``loss_type="grpo"``, k3 KL in the loss)::
+
+        ratio = torch.exp(logp - old_logp)
+        A = advantages[:, None]
+        per_token = -torch.minimum(ratio * A, ratio.clamp(1 - epsilon, 1 + epsilon_high) * A)
+        d = ref_logp - logp
+        per_token = per_token + beta * (d.exp() - d - 1)
+        loss = ((per_token * mask).sum(-1) / mask.sum(-1)).mean()
+
+    The code below adds the other ratio levels, surrogates and aggregations, input checks, the
+    masking of padding and the metrics.
 
     1. importance weight :math:`w` at ``importance_sampling_level``: ``"token"`` :math:`r_{i,t}`;
        ``"sequence"`` :math:`s_i` (GSPO, :func:`sequence_log_ratio`); ``"sequence_token"``

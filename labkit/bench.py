@@ -2,23 +2,33 @@
 
     python -m labkit.bench [--steps 8] [--warmup 2] [--model tiny] [--threads 1]
 
-Both sides get the same settings: the shipped tiny Qwen (loaded offline, float32), the task
-suite's train split with its accuracy and format rewards, 16 prompts x 8 completions per step,
-``max_completion_length=64``, temperature 1, top-p 1, no top-k, ``beta=0``, one pass per batch
-(``num_iterations=1``), the whole batch in one micro-batch, ``loss_type="grpo"``, the same
-learning rate, and the same number of CPU threads. TRL runs on the CPU with ``bf16=False``,
-``use_cpu=True``, ``use_vllm=False``, no gradient checkpointing, no saving and no reporting.
+Both sides run ONE :class:`~labkit.config.TrainConfig` (:func:`bench_config`): labkit's trainer
+reads it, and TRL's ``GRPOConfig`` is built from it by the TRL bridge
+(:func:`labkit.trl_bridge.to_trl`), so the settings agree by construction: the model (default the
+shipped tiny Qwen, loaded offline, float32, on the CPU), the task suite's train split with its
+accuracy and format rewards, 16 prompts x 8 completions per step, ``max_completion_length=64``,
+temperature 1, top-p 1, no top-k, ``beta=0``, one pass per batch, the whole batch in one
+micro-batch, ``loss_type="grpo"``, the same learning-rate schedule, no gradient checkpointing, and
+the same number of CPU threads. TRL also gets ``use_vllm=False``, no saving and no reporting.
 
 The two trainers take turns, one step each, so that both see the same load on a shared machine.
-Printed: the median seconds per optimizer step of each (warm-up steps discarded), each one's
-distance from a compute floor, and last, the ratio ``labkit / TRL``. The floor is the step's
-matmul FLOPs (2 x params x tokens for the sampling forwards, 6 x params x tokens for the training
-forward and backward, attention scores included) divided by this machine's float32 matmul
-throughput measured on a large matmul. It ignores memory traffic and per-op overheads, which
-weigh heavily on a model this small, and it counts the work of a plain implementation: every
-completion's prompt in the training forward and every completion trained. labkit skips part of
-that work without changing the gradient (one prompt forward per group, no training forward for
-zero-advantage completions), so its distance to this floor can approach or fall below 1.
+Printed: for each, the median seconds per optimizer step (warm-up steps discarded) beside the mean
+reward and the reward spread (standard deviation over a step's completions) of its timed steps,
+and its distance from a compute floor; last, the ratio ``labkit / TRL``. The ratio is refused (exit
+status 1, with the side and the reason) when either trainer saw a zero mean reward or no reward
+spread: then every advantage is 0, the step trains nothing, and its time is not a training step's
+time (a trainer may skip work that has no gradient). That is what happened to TRL before the
+tiny Qwen's format tags became non-special tokens: TRL decodes completions with
+``skip_special_tokens=True``, so its reward functions never saw a tag and scored 0.
+
+The floor is the step's matmul FLOPs (2 x params x tokens for the sampling forwards, 6 x params x
+tokens for the training forward and backward, attention scores included) divided by this
+machine's float32 matmul throughput measured on a large matmul. It ignores memory traffic and
+per-op overheads, which weigh heavily on a model this small, and it counts the work of a plain
+implementation: every completion's prompt in the training forward and every completion trained.
+labkit skips part of that work without changing the gradient (one prompt forward per group, no
+training forward for zero-advantage completions), so its distance to this floor can approach or
+fall below 1.
 """
 
 from __future__ import annotations
@@ -32,8 +42,22 @@ from dataclasses import dataclass, field
 
 import torch
 
+from labkit.config import TrainConfig
+
 SETTINGS = {"prompts": 16, "num_generations": 8, "max_completion_length": 64,
             "learning_rate": 1e-6, "loss_type": "grpo", "seed": 0}
+
+
+def bench_config(model: str = "tiny", steps: int = 10) -> TrainConfig:
+    """The run both trainers time: :data:`SETTINGS` on the CPU in float32, no KL, one pass."""
+    return TrainConfig(model_name_or_path=model, device="cpu", dtype="float32",
+                       prompts_per_step=SETTINGS["prompts"],
+                       num_generations=SETTINGS["num_generations"],
+                       max_completion_length=SETTINGS["max_completion_length"],
+                       learning_rate=SETTINGS["learning_rate"], loss_type=SETTINGS["loss_type"],
+                       beta=0.0, num_iterations=1, temperature=1.0, top_p=1.0, top_k=0,
+                       gradient_checkpointing=False, max_steps=steps, seed=SETTINGS["seed"],
+                       progress=False)
 
 
 def matmul_flops_per_second(size: int = 2048, repeats: int = 5) -> float:
@@ -73,91 +97,111 @@ class Timings:
     prompt_tokens: list = field(default_factory=list)
     completion_tokens: list = field(default_factory=list)
     trained: list = field(default_factory=list)
+    reward: list = field(default_factory=list)
+    """mean total reward of the step's completions"""
+    reward_std: list = field(default_factory=list)
+    """standard deviation of the total reward over the step's completions"""
 
 
-def labkit_stepper(model_path: str, dataset, steps: int):
-    """labkit's GRPO with the shared settings; returns (model, timings, step function)."""
-    from labkit.config import TrainConfig
+def labkit_stepper(config: TrainConfig, dataset):
+    """labkit's trainer on ``config``; returns (model, timings, step function)."""
     from labkit.models import load_policy
     from labkit.trainer import Trainer
 
-    model, tokenizer = load_policy(model_path, device="cpu", dtype="float32")
-    config = TrainConfig(prompts_per_step=SETTINGS["prompts"],
-                         num_generations=SETTINGS["num_generations"],
-                         max_completion_length=SETTINGS["max_completion_length"],
-                         learning_rate=SETTINGS["learning_rate"], loss_type=SETTINGS["loss_type"],
-                         beta=0.0, num_iterations=1, temperature=1.0, top_p=1.0, top_k=0,
-                         max_steps=steps, seed=SETTINGS["seed"], progress=False)
+    model, tokenizer = load_policy(config.model_name_or_path, device=config.device,
+                                   dtype=config.dtype)
     trainer = Trainer(config, model=model, tokenizer=tokenizer, train_dataset=dataset)
     timings = Timings()
-    sample = trainer._sample_batch
+    name = "sample_and_score" if hasattr(trainer, "sample_and_score") else "_sample_batch"
+    sample = getattr(trainer, name)
 
     def counting_sample():
-        exp, row = sample()
-        timings.prompt_tokens.append(float(exp.prompt_mask.sum()))
-        timings.completion_tokens.append(float(exp.completion_mask.sum()))
-        return exp, row
+        batch, row = sample()
+        timings.prompt_tokens.append(float(batch.prompt_mask.sum()))
+        timings.completion_tokens.append(float(batch.completion_mask.sum()))
+        return batch, row
 
-    trainer._sample_batch = counting_sample
+    setattr(trainer, name, counting_sample)
 
     def step():
         start = time.perf_counter()
         row = trainer.training_step()
         timings.seconds.append(time.perf_counter() - start)
         timings.trained.append(row["completions_trained"])
+        timings.reward.append(row["reward"])
+        timings.reward_std.append(row["reward_std"])
 
     return model, timings, step
 
 
-def run_trl_with(model_path: str, dataset, steps: int, between_steps):
-    """Run TRL's GRPOTrainer for ``steps`` optimizer steps, calling ``between_steps()`` after
-    each (outside TRL's timing), so that both trainers see the same machine load."""
+def run_trl_with(config: TrainConfig, dataset, between_steps):
+    """TRL's GRPOTrainer on ``config`` through the bridge, for ``config.max_steps`` optimizer
+    steps, calling ``between_steps()`` after each (outside TRL's timing), so that both trainers
+    see the same machine load. Returns (model, timings, the GRPOConfig)."""
     from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from transformers.trainer_callback import PrinterCallback
+    from trl import GRPOTrainer
 
     from labkit.models import load_policy
-    from labkit.rewards import accuracy_reward, format_reward
+    from labkit.trl_bridge import to_trl
 
-    model, tokenizer = load_policy(model_path, device="cpu", dtype="float32")
-    batch = SETTINGS["prompts"] * SETTINGS["num_generations"]
+    model, tokenizer = load_policy(config.model_name_or_path, device=config.device,
+                                   dtype=config.dtype)
+    batch = config.prompts_per_step * config.num_generations
     timings = Timings()
 
     class StepTimer(TrainerCallback):
-        """Times each optimizer step and reads the step's token counts off TRL's metrics."""
+        """Times each optimizer step; reads its tokens and rewards off TRL's per-step log."""
 
-        start, seen, trainer = 0.0, 0, None
+        start, seen = 0.0, 0
 
         def on_step_begin(self, args, state, control, **kwargs):
             self.start = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kwargs):
             timings.seconds.append(time.perf_counter() - self.start)
-            completion = self.trainer._metrics["train"]["completions/mean_length"][-1] * batch
-            timings.completion_tokens.append(completion)
-            timings.prompt_tokens.append(state.num_input_tokens_seen - self.seen - completion)
             timings.trained.append(batch)
-            self.seen = state.num_input_tokens_seen
             between_steps()
 
-    timer = StepTimer()
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not logs or "reward" not in logs:
+                return
+            completion = logs["completions/mean_length"] * batch
+            timings.completion_tokens.append(completion)
+            timings.prompt_tokens.append(state.num_input_tokens_seen - self.seen - completion)
+            self.seen = state.num_input_tokens_seen
+            timings.reward.append(logs["reward"])
+            timings.reward_std.append(logs["reward_std"])
+
     with tempfile.TemporaryDirectory() as output_dir:
-        args = GRPOConfig(
-            output_dir=output_dir, max_steps=steps, per_device_train_batch_size=batch,
-            gradient_accumulation_steps=1, num_generations=SETTINGS["num_generations"],
-            max_completion_length=SETTINGS["max_completion_length"],
-            learning_rate=SETTINGS["learning_rate"], loss_type=SETTINGS["loss_type"], beta=0.0,
-            num_iterations=1, temperature=1.0, top_p=1.0, top_k=0, use_vllm=False,
-            bf16=False, use_cpu=True, gradient_checkpointing=False, save_strategy="no",
-            report_to=[], logging_steps=10**6, disable_tqdm=True, seed=SETTINGS["seed"])
-        trainer = GRPOTrainer(model=model, reward_funcs=[accuracy_reward, format_reward],
-                              args=args, train_dataset=dataset, processing_class=tokenizer,
-                              callbacks=[timer])
-        timer.trainer = trainer
+        run = to_trl(config, output_dir=output_dir, num_processes=1)
+        trainer = GRPOTrainer(model=model, reward_funcs=run.reward_funcs, args=run.args,
+                              train_dataset=dataset, processing_class=tokenizer,
+                              callbacks=[StepTimer()])
+        trainer.remove_callback(PrinterCallback)
         trainer.train()
-    return model, timings
+    return model, timings, run.args
 
 
-def main(argv=None) -> None:
+def reward_problem(name: str, timings: Timings, kept: slice) -> str | None:
+    """Why ``name``'s timed steps cannot stand for training steps, or None when they can."""
+    rewards, spreads = timings.reward[kept], timings.reward_std[kept]
+    if not rewards:
+        return f"{name} logged no rewards, so what its steps computed is unknown"
+    mean, spread = statistics.fmean(rewards), statistics.fmean(spreads)
+    if not math.isfinite(mean) or mean == 0:
+        return (f"{name}'s mean reward is {mean:.3f} over {len(rewards)} timed steps: its reward "
+                f"functions scored no completion, so every advantage is 0 and the step trains "
+                f"nothing (if the format tags are special tokens, a trainer that decodes with "
+                f"skip_special_tokens=True, as TRL does, never sees them)")
+    if not math.isfinite(spread) or spread == 0:
+        return (f"{name}'s reward spread is {spread:.3f}: every completion of every timed step "
+                f"got the same reward ({mean:.3f}), so every advantage is 0 and the step trains "
+                f"nothing")
+    return None
+
+
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=8, help="timed steps per trainer")
     parser.add_argument("--warmup", type=int, default=2, help="untimed first steps")
@@ -173,18 +217,25 @@ def main(argv=None) -> None:
 
     dataset = load_split("train")
     throughput = matmul_flops_per_second()
-    total = args.steps + args.warmup
+    config = bench_config(args.model, args.steps + args.warmup)
     print(f"machine: {torch.get_num_threads()} threads, float32 matmul "
-          f"{throughput / 1e9:.1f} GFLOP/s; {SETTINGS['prompts']} prompts x "
-          f"{SETTINGS['num_generations']} completions, max {SETTINGS['max_completion_length']} "
-          f"tokens, {args.steps} timed steps after {args.warmup} warm-up, the two trainers "
-          f"taking turns step by step")
-    labkit_model, labkit, labkit_step = labkit_stepper(args.model, dataset, total)
-    trl_model, trl = run_trl_with(args.model, dataset, total, labkit_step)
-    rows = SETTINGS["prompts"] * SETTINGS["num_generations"]
-    medians = {}
+          f"{throughput / 1e9:.1f} GFLOP/s; {config.prompts_per_step} prompts x "
+          f"{config.num_generations} completions, max {config.max_completion_length} tokens, "
+          f"{args.steps} timed steps after {args.warmup} warm-up, the two trainers taking turns "
+          f"step by step")
+    labkit_model, labkit, labkit_step = labkit_stepper(config, dataset)
+    trl_model, trl, trl_args = run_trl_with(config, dataset, labkit_step)
+    print(f"one TrainConfig for both ({config.model_name_or_path}, loss_type "
+          f"{config.loss_type}, beta {config.beta}, lr {config.learning_rate:g}); TRL's "
+          f"GRPOConfig from labkit.trl_bridge: per_device_train_batch_size "
+          f"{trl_args.per_device_train_batch_size}, gradient_accumulation_steps "
+          f"{trl_args.gradient_accumulation_steps}, steps_per_generation "
+          f"{trl_args.steps_per_generation}, use_bias_correction_kl "
+          f"{trl_args.use_bias_correction_kl}")
+    rows = config.prompts_per_step * config.num_generations
+    kept = slice(args.warmup, None)
+    medians, problems = {}, []
     for name, model, timings in (("labkit", labkit_model, labkit), ("trl", trl_model, trl)):
-        kept = slice(args.warmup, None)
         times = timings.seconds[kept]
         floors = [step_flops(model, p, c, rows) / throughput
                   for p, c in zip(timings.prompt_tokens[kept], timings.completion_tokens[kept])]
@@ -192,12 +243,22 @@ def main(argv=None) -> None:
         floor = statistics.median(floors)
         trained = statistics.mean(timings.trained[kept]) / rows
         print(f"{name:>6}: median {medians[name]:.3f} s/step (steps: "
-              f"{', '.join(f'{t:.2f}' for t in times)}); mean completion "
+              f"{', '.join(f'{t:.2f}' for t in times)}); mean reward "
+              f"{statistics.fmean(timings.reward[kept]):.3f}, reward std "
+              f"{statistics.fmean(timings.reward_std[kept]):.3f}; mean completion "
               f"{statistics.mean(timings.completion_tokens[kept]) / rows:.1f} tokens; "
               f"{trained:.0%} of completions in the training forward; compute floor "
               f"{floor:.3f} s, {medians[name] / floor:.1f}x above it")
+        problem = reward_problem(name, timings, kept)
+        if problem:
+            problems.append(problem)
+    if problems:
+        for problem in problems:
+            print(f"no ratio: {problem}")
+        return 1
     print(f"ratio labkit/trl: {medians['labkit'] / medians['trl']:.2f}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["CATALOG", "CHANGES", "CORE_IDS", "TRICK_IDS", "Method", "catalog_frame", "get"]
+__all__ = ["CATALOG", "CHANGES", "CORE_IDS", "EXTRA_IDS", "TRICK_IDS", "Method", "catalog_frame",
+           "get"]
 
 CHANGES = (
     "reward",
@@ -79,6 +80,20 @@ TRICK_IDS = (
     "generative-judge",
     "multitask-weights",
     "kimi-ptx-loss",
+)
+
+
+#: Methods beyond the 29 tricks that every learner meets in current papers and that TRL or verl
+#: expose: the other surrogates, entropy-side token filters, the soft reference update, and the
+#: correction for a sampler that is not the trainer.
+EXTRA_IDS = (
+    "cispo",
+    "sapo",
+    "vespo",
+    "top-entropy-tokens",
+    "clip-cov",
+    "kl-cov",
+    "trdpo-ref-sync",
 )
 
 
@@ -195,6 +210,17 @@ _TTRL = ("TTRL: Test-Time Reinforcement Learning", "2504.16084")
 _GENRM = ("Generative Verifiers: Reward Modeling as Next-Token Prediction", "2408.15240")
 _MTGRPO = ("Multi-Task GRPO: Reliable LLM Reasoning Across Tasks", "2602.05547")
 
+_CISPO = ("MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention",
+          "2506.13585")
+_SAPO = ("Soft Adaptive Policy Optimization", "2511.20347")
+_VESPO = (("VESPO: Variational Sequence-Level Soft Policy Optimization for Stable Off-Policy "
+           "LLM Training"), "2602.10693")
+_FORKING = (("Beyond the 80/20 Rule: High-Entropy Minority Tokens Drive Effective Reinforcement "
+             "Learning for LLM Reasoning"), "2506.01939")
+_ENTROPY = ("The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models",
+            "2505.22617")
+_TRDPO = ("Learn Your Reference Model for Real Good Alignment", "2404.09656")
+
 _NB = {
     "ppo": "notebooks/01_ppo.ipynb",
     "grpo": "notebooks/02_grpo.ipynb",
@@ -202,6 +228,7 @@ _NB = {
     "dapo": "notebooks/04_dapo.ipynb",
     "gspo": "notebooks/05_gspo.ipynb",
     "gfpo": "notebooks/06_gfpo_length.ipynb",
+    "exploration": "notebooks/07_exploration.ipynb",
 }
 
 _A, _F, _L, _S = "labkit.advantages.", "labkit.filters.", "labkit.losses.", "labkit.shaping."
@@ -213,6 +240,7 @@ _TA, _TF, _TL, _TK = (
 )
 _TRL = "tests/test_trl_crosscheck.py::"
 _TS = "tests/test_switches.py::"
+_E, _TE = "labkit.exploration.", "tests/test_exploration.py::"
 _LC, _TLC = "labkit.length_control.", "tests/test_length_control.py::"
 
 
@@ -362,8 +390,13 @@ CATALOG: tuple[Method, ...] = (
         _K2,
         id="kimi-temperature-decay",
         changes="temperature",
-        note="A Kimi K2 addition (arXiv 2507.20534 section 3.2.3), not k1.5 as lists of GRPO tricks often say. "
-        "Schedule and endpoints are unpublished.",
+        functions=(_E + "temperature_at",),
+        config={"temperature": 1.2, "temperature_schedule": "cosine", "temperature_final": 0.8},
+        notebook=_NB["exploration"],
+        tests=(_TE + "test_temperature_schedules_start_end_and_never_rise",
+               _TS + "test_on_policy_ratio_is_one_along_a_temperature_schedule"),
+        note="A Kimi K2 addition (arXiv 2507.20534 section 3.2.3), not k1.5 as lists of GRPO "
+        "tricks often say. Schedule and endpoints are unpublished: linear and cosine offered.",
     ),
     _m(
         _DLER,
@@ -379,15 +412,27 @@ CATALOG: tuple[Method, ...] = (
         _PRORL,
         id="prorl-ref-reset",
         changes="reference",
-        note="Reset the reference to a recent policy snapshot and re-initialise the optimizer.",
+        functions=(_E + "reset_reference",),
+        config={"beta": 0.04, "ref_reset_every": 40},
+        notebook=_NB["exploration"],
+        tests=(_TS + "test_reference_reset_has_prorls_properties",
+               _TS + "test_stalled_evaluation_triggers_a_reset"),
+        note="The reset target is the current policy, not the base model; the optimizer state "
+        "is cleared (the paper's v1). Trigger: every N steps, or N evaluations without a new "
+        "best (ref_reset_patience).",
     ),
     _m(
         _RLPLUS,
         id="rlplus-no-clip-exploration",
         changes="clip",
-        note="labkit.losses.no_clip_surrogate exists (tests/test_losses.py::"
-        "test_no_clip_equals_infinite_epsilons); the exploration weight (1-p)^gamma and the MIS "
-        "ratio for external data are not implemented.",
+        functions=(_L + "rlplus_surrogate", _E + "focal_weight", _E + "mis_ratio"),
+        config={"loss_type": "rlplus", "rlplus_demonstrations": True, "scale_rewards": "none"},
+        notebook=_NB["exploration"],
+        tests=(_TE + "test_rlplus_mis_ratio_and_focal_weight_checks",
+               _TS + "test_rlplus_trains_with_a_demonstration_in_every_group"),
+        note="The worked solution of each prompt is the external demonstration (one per group, "
+        "as the released code's n_prefix = 1); the exploration weight applies to its tokens "
+        "only, as in the code.",
     ),
     _m(
         _COMEDY,
@@ -523,7 +568,18 @@ CATALOG: tuple[Method, ...] = (
             _TF + "test_gfpo_rejected_get_zero_and_kept_are_standardised_with_population_std",
         ),
     ),
-    _m(_DRA, id="dra-diversity", changes="reward"),
+    _m(
+        _DRA,
+        id="dra-diversity",
+        changes="reward",
+        functions=(_E + "dra_weights", _E + "ngram_embeddings"),
+        config={"diversity_adjustment": "ngram"},
+        notebook=_NB["exploration"],
+        tests=(_TE + "test_dra_weights_paper_checks",
+               _TS + "test_diversity_adjustment_discounts_duplicates"),
+        note="Character 3-gram cosine (offline, cheap) or the policy's mean hidden state replace "
+        "the paper's sentence embedder; the similarity is taken within each prompt's group.",
+    ),
     _m(
         _DAPO,
         id="dapo-overlong-penalty",
@@ -608,6 +664,81 @@ CATALOG: tuple[Method, ...] = (
         changes="loss",
         note="A Kimi K2 addition, not k1.5; its form is InstructGPT's PPO-ptx (2203.02155).",
     ),
+    # ---------------------------------------------------------------- beyond the list
+    _m(
+        _CISPO,
+        id="cispo",
+        changes="clip",
+        functions=(_L + "cispo_surrogate",),
+        config={"loss_type": "cispo", "epsilon_high": 5.0},
+        notebook=_NB["exploration"],
+        tests=(_TRL + "test_policy_loss_matches_trl_compute_loss",
+               _TS + "test_every_loss_type_and_ratio_level_trains"),
+        note="epsilon_high is TRL's absolute cap on the detached weight (5.0 from ScaleRL).",
+    ),
+    _m(
+        _SAPO,
+        id="sapo",
+        changes="clip",
+        functions=(_L + "sapo_surrogate",),
+        config={"loss_type": "sapo"},
+        notebook=_NB["exploration"],
+        tests=(_TRL + "test_policy_loss_matches_trl_compute_loss",
+               _TS + "test_every_loss_type_and_ratio_level_trains"),
+    ),
+    _m(
+        _VESPO,
+        id="vespo",
+        changes="clip",
+        functions=(_L + "vespo_surrogate",),
+        config={"loss_type": "vespo"},
+        notebook=_NB["exploration"],
+        tests=(_TRL + "test_policy_loss_matches_trl_compute_loss",
+               _TS + "test_every_loss_type_and_ratio_level_trains"),
+    ),
+    _m(
+        _FORKING,
+        id="top-entropy-tokens",
+        changes="loss",
+        functions=(_E + "top_entropy_mask",),
+        config={"top_entropy_quantile": 0.2},
+        notebook=_NB["exploration"],
+        tests=(_TE + "test_top_entropy_mask_keeps_the_top_share",
+               _TS + "test_top_entropy_quantile_trains_only_forking_tokens"),
+        note="TRL's top_entropy_quantile; the lab takes the quantile over the whole batch's "
+        "sampling-time entropies.",
+    ),
+    _m(
+        _ENTROPY,
+        id="clip-cov",
+        changes="clip",
+        functions=(_E + "covariance", _E + "clip_cov_mask"),
+        config={"cov_penalty": "clip_cov"},
+        notebook=_NB["exploration"],
+        tests=(_TE + "test_clip_cov_picks_candidates_in_the_band",
+               _TS + "test_cov_penalties_train"),
+    ),
+    _m(
+        _ENTROPY,
+        id="kl-cov",
+        changes="loss",
+        functions=(_E + "covariance", _E + "kl_cov_mask"),
+        config={"cov_penalty": "kl_cov", "num_mini_batches": 2},
+        notebook=_NB["exploration"],
+        tests=(_TE + "test_kl_cov_picks_the_largest_covariances", _TS + "test_cov_penalties_train"),
+        note="Only acts off-policy: on-policy |log pi - log pi_old| is 0 with zero gradient.",
+    ),
+    _m(
+        _TRDPO,
+        id="trdpo-ref-sync",
+        changes="reference",
+        functions=(_E + "mix_reference",),
+        config={"beta": 0.04, "sync_ref_model": True, "ref_model_sync_steps": 20},
+        notebook=_NB["exploration"],
+        tests=(_TE + "test_mix_reference_moves_the_reference_by_alpha",
+               _TS + "test_reference_sync_events"),
+        note="TRL's sync_ref_model (a DPO-family idea that TRL also offers for GRPO).",
+    ),
 )
 
 _BY_ID = {m.id: m for m in CATALOG}
@@ -624,7 +755,7 @@ def get(method_id: str) -> Method:
 def catalog_frame():
     """The catalog as a pandas DataFrame, one row per method, core path first.
 
-    Columns: ``id, kind (core/trick), status, changes, title, arxiv, switch, functions, config,
+    Columns: ``id, kind (core/trick/extra), status, changes, title, arxiv, switch, functions, config,
     notebook, tests, note``.
     """
     import pandas as pd  # imported here so that importing labkit does not need pandas
@@ -632,7 +763,8 @@ def catalog_frame():
     rows = []
     for m in CATALOG:
         row = asdict(m)
-        row["kind"] = "core" if m.id in CORE_IDS else "trick"
+        row["kind"] = ("core" if m.id in CORE_IDS else "trick" if m.id in TRICK_IDS
+                       else "extra")
         row["switch"] = m.switch
         rows.append(row)
     columns = ["id", "kind", "status", "changes", "title", "arxiv", "switch", "functions"]

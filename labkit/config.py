@@ -36,19 +36,27 @@ import warnings
 from dataclasses import asdict, dataclass, fields
 
 from labkit.advantages import MULTI_OBJECTIVE_AGGREGATIONS, SCALE_REWARDS
+from labkit.exploration import TEMPERATURE_SCHEDULES
 from labkit.filters import GFPO_METRICS
 from labkit.length_control import LENGTH_REWARDS
-from labkit.losses import IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES
+from labkit.losses import (
+    CLIPPED_LOSS_TYPES,
+    IMPORTANCE_SAMPLING_LEVELS,
+    KL_ESTIMATORS,
+    LOSS_TYPES,
+)
 from labkit.models import DTYPES
 
 #: Estimators that compare the completions of one prompt (they need num_generations >= 2).
 GROUP_ESTIMATORS = ("grpo", "rloo", "opo")
 #: ``advantage_estimator`` values.
 ADVANTAGE_ESTIMATORS = (*GROUP_ESTIMATORS, "remax", "gae")
+#: ``diversity_adjustment`` values: the similarity DRA-GRPO measures.
+DIVERSITY_SIMILARITIES = ("ngram", "hidden")
+#: ``cov_penalty`` values (verl's loss-mode names).
+COV_PENALTIES = ("clip_cov", "kl_cov")
 #: ``lr_scheduler_type`` values (transformers' names).
 LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine")
-#: Loss types that clip the ratio PPO's way (``delta`` and ``dual_clip`` apply to these).
-CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "sequence_sum")
 
 
 @dataclass
@@ -80,7 +88,16 @@ class TrainConfig:
     max_completion_length: int = 128
     """most new tokens per completion; a completion without end-of-turn by then is truncated"""
     temperature: float = 1.0
-    """sampling temperature; training log-probs use the same temperature (TRL)"""
+    """sampling temperature; training log-probs use the same temperature (TRL). ProRL samples
+    at 1.2 (arXiv 2505.24864)"""
+    temperature_schedule: str = "constant"
+    """constant, linear or cosine decay from temperature to temperature_final over max_steps
+    (Kimi K2, arXiv 2507.20534, section 3.2.3; shape and end point unpublished)"""
+    temperature_final: float | None = None
+    """the last step's temperature under a linear/cosine schedule"""
+    eval_temperature: float | None = None
+    """evaluation's sampling temperature; None = temperature (set it to compare runs sampled at
+    different temperatures on equal terms)"""
     top_p: float = 1.0
     """nucleus sampling (generation only, as in TRL; 1.0 = off)"""
     top_k: int = 0
@@ -109,6 +126,10 @@ class TrainConfig:
     """DAPO soft overlong punishment: penalty ramps over the last this-many tokens (0 = off)"""
     overlong_penalty_factor: float = 1.0
     """DAPO: penalty reached at max_completion_length"""
+    diversity_adjustment: str | None = None
+    """DRA-GRPO (arXiv 2505.09655): divide each reward by its completion's summed similarity to
+    its group (near-duplicates share their reward), measured by ngram (character 3-grams) or
+    hidden (the policy's mean last hidden state); None = off"""
 
     # ---- advantages ------------------------------------------------------------------------------
     advantage_estimator: str = "grpo"
@@ -155,12 +176,49 @@ class TrainConfig:
     """dual-clip PPO constant c > 1: for A < 0 the loss is at most -c * A; None = off"""
     beta: float = 0.0
     """KL coefficient to the reference (the initial policy); 0 = no reference model at all (TRL)"""
+    ref_reset_every: int = 0
+    """ProRL (arXiv 2505.24864): every this-many steps the reference becomes the current policy
+    and the optimizer state is cleared; 0 = never (needs beta > 0)"""
+    ref_reset_patience: int = 0
+    """ProRL's trigger: reset after this many evaluations without a new best eval_accuracy
+    (needs eval_every and beta > 0); 0 = off"""
+    sync_ref_model: bool = False
+    """TR-DPO (arXiv 2404.09656), TRL's name: every ref_model_sync_steps optimizer steps
+    ref <- alpha * policy + (1 - alpha) * ref (needs beta > 0)"""
+    ref_model_mixup_alpha: float = 0.6
+    """TR-DPO's alpha (TRL default 0.6)"""
+    ref_model_sync_steps: int = 512
+    """TR-DPO's tau in optimizer steps (TRL default 512)"""
     kl_estimator: str = "k3"
     """k1, k2 or k3 (Schulman); GRPO's KL-in-loss is k3, PPO's KL-in-reward is k1"""
     kl_in_reward: bool = False
     """subtract beta * KL from the reward (PPO/InstructGPT) instead of adding it to the loss"""
     entropy_coef: float = 0.0
     """entropy bonus: loss -= entropy_coef * mean token entropy (TRL)"""
+    top_entropy_quantile: float = 1.0
+    """rho: only the tokens whose sampling entropy is in the top rho of the batch get a gradient
+    (arXiv 2506.01939 keeps 0.2; TRL's name); 1.0 = every token"""
+    cov_penalty: str | None = None
+    """clip_cov or kl_cov (arXiv 2505.22617): silence at random (clip_cov) or KL-penalise
+    (kl_cov, which also drops the clip) the tokens whose log-prob covaries most with their
+    advantage; None = off"""
+    clip_cov_ratio: float = 2e-4
+    """Clip-Cov: share of the valid tokens silenced (paper 2e-4)"""
+    clip_cov_lb: float = 1.0
+    """Clip-Cov: lower bound of the covariance of a candidate token (paper 1)"""
+    clip_cov_ub: float = 5.0
+    """Clip-Cov: upper bound of the covariance of a candidate token (paper 5)"""
+    kl_cov_ratio: float = 2e-3
+    """KL-Cov: share of the valid tokens (largest covariance) that get the KL penalty (paper
+    2e-3)"""
+    kl_cov_coef: float = 1.0
+    """KL-Cov: coefficient of |log pi - log pi_old| on those tokens (verl's ppo_kl_coef)"""
+    exploration_gamma: float = 0.5
+    """RL-PLUS (loss_type='rlplus'): exponent of the exploration weight (1 - p)^gamma on
+    demonstration tokens (arXiv 2508.00222, code default 0.5)"""
+    rlplus_demonstrations: bool = False
+    """RL-PLUS: the last completion of every group is the prompt's worked solution (an external
+    demonstration, trained with the MIS ratio and the exploration weight)"""
     use_bias_correction_kl: bool = False
     """multiply the k3 KL-in-loss by the importance ratio (DeepSeek-V3.2; TRL 1.16 default True)"""
     sapo_temperature_pos: float = 1.0
@@ -231,6 +289,8 @@ class TrainConfig:
     any NaN/inf (costs one copy of the trainable weights; the step then counts as skipped)"""
     progress: bool = True
     """show a tqdm progress bar"""
+    entropy_threshold: float = 0.5
+    """nats: the entropy_high_frac metric counts loss tokens whose sampling entropy exceeds it"""
 
     def __post_init__(self):
         self._check_values()
@@ -303,7 +363,7 @@ class TrainConfig:
     def _check_values(self):
         for name in ("gradient_checkpointing", "dynamic_sampling", "mask_truncated_completions",
                      "kl_in_reward", "use_bias_correction_kl", "save_on_interrupt", "progress",
-                     "rollback_nonfinite_weights"):
+                     "rollback_nonfinite_weights", "sync_ref_model", "rlplus_demonstrations"):
             _boolean(self, name)
         _text(self, "model_name_or_path")
         _device(self)
@@ -323,20 +383,38 @@ class TrainConfig:
                              "updates overflow and the weights turn NaN after one step (measured "
                              "on the tiny Qwen: 796k of 800k weights). Use 'bfloat16' on a GPU "
                              "that has it, else 'float32'")
+        _choice(self, "temperature_schedule", TEMPERATURE_SCHEDULES)
         if self.length_reward is not None:
             _choice(self, "length_reward", LENGTH_REWARDS)
+        if self.diversity_adjustment is not None:
+            _choice(self, "diversity_adjustment", DIVERSITY_SIMILARITIES)
+        if self.cov_penalty is not None:
+            _choice(self, "cov_penalty", COV_PENALTIES)
         for name in ("prompts_per_step", "num_generations", "max_completion_length",
                      "num_iterations", "num_mini_batches", "max_steps", "eval_k",
                      "max_nonfinite_steps"):
             _integer(self, name, low=1)
         for name in ("top_k", "overlong_buffer_len", "max_resample_rounds", "eval_every",
-                     "save_every", "seed"):
+                     "save_every", "seed", "ref_reset_every", "ref_reset_patience"):
             _integer(self, name, low=0)
         for name in ("micro_batch_size", "eval_max_prompts", "length_target",
                      "length_target_easy"):
             if getattr(self, name) is not None:
                 _integer(self, name, low=1)
         _number(self, "temperature", 0, math.inf, low_open=True)
+        for name in ("temperature_final", "eval_temperature"):
+            if getattr(self, name) is not None:
+                _number(self, name, 0, math.inf, low_open=True)
+        _number(self, "top_entropy_quantile", 0, 1, low_open=True)
+        _number(self, "entropy_threshold", 0, math.inf)
+        _number(self, "clip_cov_ratio", 0, 1, low_open=True)
+        _number(self, "kl_cov_ratio", 0, 1, low_open=True)
+        _number(self, "clip_cov_lb", -math.inf, math.inf)
+        _number(self, "clip_cov_ub", -math.inf, math.inf)
+        _number(self, "kl_cov_coef", 0, math.inf)
+        _number(self, "exploration_gamma", 0, math.inf)
+        _number(self, "ref_model_mixup_alpha", 0, 1)
+        _integer(self, "ref_model_sync_steps", low=1)
         _number(self, "top_p", 0, 1, low_open=True)
         _number(self, "epsilon", 0, 1, high_open=True)
         _number(self, "beta", 0, math.inf)
@@ -460,12 +538,43 @@ class TrainConfig:
             _refuse("save_every > 0 writes checkpoints, and output_dir is None: set output_dir "
                     "or save_every=0")
         self._check_length_reward()
+        self._check_exploration()
         if (self.importance_sampling_level == "sequence"
                 and self.loss_type in ("bnpo", "dr_grpo", "dapo", "cispo")):
             warnings.warn(f"importance_sampling_level='sequence' with loss_type="
                           f"{self.loss_type!r} weighs each sequence by its length; GSPO as "
                           f"published uses loss_type='grpo' (TRL gives the same warning)",
                           stacklevel=3)
+
+    def _check_exploration(self):
+        if self.temperature_schedule != "constant" and self.temperature_final is None:
+            _refuse(f"temperature_schedule={self.temperature_schedule!r} decays to "
+                    f"temperature_final: set it (e.g. 0.7)")
+        if ((self.ref_reset_every or self.ref_reset_patience or self.sync_ref_model)
+                and self.beta == 0):
+            _refuse("ref_reset_every, ref_reset_patience and sync_ref_model move the reference "
+                    "model, and beta = 0 has none: set beta > 0 (ProRL keeps the KL term)")
+        if self.ref_reset_patience and not self.eval_every:
+            _refuse("ref_reset_patience watches eval_accuracy: set eval_every > 0")
+        if self.clip_cov_lb >= self.clip_cov_ub:
+            _refuse(f"clip_cov_lb ({self.clip_cov_lb}) must be below clip_cov_ub "
+                    f"({self.clip_cov_ub})")
+        if self.rlplus_demonstrations and self.loss_type != "rlplus":
+            _refuse("rlplus_demonstrations put external demonstrations in the group, which "
+                    "only loss_type='rlplus' trains correctly (with the MIS ratio): set "
+                    "loss_type='rlplus'")
+        if self.loss_type == "rlplus" and (self.advantage_estimator == "gae" or
+                                           self.importance_sampling_level != "token"):
+            _refuse("loss_type='rlplus' uses token ratios and a group advantage: use "
+                    "importance_sampling_level='token' and a group estimator")
+        if self.rlplus_demonstrations and (self.num_generations < 2 or self.dynamic_sampling
+                                           or self.num_remains_in_group is not None
+                                           or self.gfpo_adaptive_k is not None):
+            _refuse("rlplus_demonstrations replace one completion per group: use "
+                    "num_generations >= 2 without dynamic sampling or GFPO")
+        if self.cov_penalty is not None and self.loss_type not in CLIPPED_LOSS_TYPES:
+            _refuse(f"cov_penalty acts on PPO's clipped surrogate; loss_type="
+                    f"{self.loss_type!r} is not one: use one of {CLIPPED_LOSS_TYPES}")
 
     def _check_length_reward(self):
         kind = self.length_reward

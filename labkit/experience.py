@@ -5,12 +5,14 @@ consecutive rows (TRL's layout), as tensors of three kinds:
 
 * prompt-aligned, left-padded: ``prompt_ids``, ``prompt_mask``;
 * completion-aligned, right-padded: ``completion_ids``, ``completion_mask`` (sampled tokens,
-  end-of-turn included), ``loss_mask`` (the tokens that enter the loss), ``sample_logp`` (sampling
-  log-probs), and, when the update needs them, ``old_logp``, ``ref_logp``, ``values``,
+  end-of-turn included), ``loss_mask`` (the tokens that enter the loss), ``sample_logp`` and
+  ``sample_entropy`` (sampling log-probs and entropies), and, when the update needs them,
+  ``token_weights`` (a token filter's 0/1 weights), ``old_logp``, ``ref_logp``, ``values``,
   ``returns`` and ``token_advantages`` (GAE);
 * per row: ``lengths``, ``truncated``, ``rewards`` (the weighted total), ``reward_components``
-  (one column per reward function), ``sequence_advantages`` (the group estimators) and
-  ``prompt_index`` (the prompt's row in the train dataset).
+  (one column per reward function), ``sequence_advantages`` (the group estimators),
+  ``prompt_index`` (the prompt's row in the train dataset) and ``demonstrations`` (RL-PLUS: rows
+  that are external demonstrations).
 
 An advantage is either one number per completion (``sequence_advantages``, shape (B,)) or one
 per token (``token_advantages``, (B, L)); :meth:`Experience.advantages` gives the one that is set.
@@ -27,8 +29,9 @@ from dataclasses import dataclass, fields, replace
 import torch
 
 _PROMPT = ("prompt_ids", "prompt_mask")
-_COMPLETION = ("completion_ids", "completion_mask", "loss_mask", "sample_logp", "old_logp",
-               "ref_logp", "values", "returns", "token_advantages")
+_COMPLETION = ("completion_ids", "completion_mask", "loss_mask", "sample_logp",
+               "sample_entropy", "token_weights", "old_logp", "ref_logp", "values", "returns",
+               "token_advantages")
 
 
 @dataclass
@@ -42,6 +45,7 @@ class Experience:
     completion_mask: torch.Tensor
     loss_mask: torch.Tensor
     sample_logp: torch.Tensor
+    sample_entropy: torch.Tensor
     lengths: torch.Tensor
     truncated: torch.Tensor
     rewards: torch.Tensor | None = None
@@ -53,6 +57,8 @@ class Experience:
     values: torch.Tensor | None = None
     returns: torch.Tensor | None = None
     prompt_index: torch.Tensor | None = None
+    demonstrations: torch.Tensor | None = None
+    token_weights: torch.Tensor | None = None
     pad_token_id: int = 0
 
     @classmethod
@@ -62,7 +68,8 @@ class Experience:
         mask = rollout.completion_mask.clone()
         return cls(rollout.prompt_ids.clone(), rollout.prompt_mask.clone(),
                    rollout.completion_ids.clone(), mask, mask.clone(), rollout.logprobs.clone(),
-                   rollout.lengths.clone(), rollout.truncated.clone(), pad_token_id=pad_token_id)
+                   rollout.entropies.clone(), rollout.lengths.clone(), rollout.truncated.clone(),
+                   pad_token_id=pad_token_id)
 
     def __len__(self) -> int:
         return self.prompt_ids.size(0)

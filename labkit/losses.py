@@ -59,6 +59,7 @@ __all__ = [
     "kl_estimate",
     "no_clip_surrogate",
     "policy_loss",
+    "rlplus_surrogate",
     "sapo_surrogate",
     "sequence_log_ratio",
     "token_log_ratio",
@@ -68,13 +69,14 @@ __all__ = [
 
 #: ``loss_type`` values: TRL's names (each fixes a surrogate and an aggregation), plus the lab's
 #: ``sequence_sum``. The one list the config, the trainer and :func:`policy_loss` accept.
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "vespo", "sequence_sum")
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "vespo", "rlplus",
+              "sequence_sum")
 #: ``importance_sampling_level`` values: TRL's two, plus GSPO-token.
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence", "sequence_token")
 #: Schulman's KL estimators.
 KL_ESTIMATORS = ("k1", "k2", "k3")
-# Loss types that use the PPO clipped surrogate (so ``delta`` and ``dual_clip`` apply).
-_CLIPPED = ("grpo", "bnpo", "dr_grpo", "dapo", "sequence_sum")
+#: Loss types that use the PPO clipped surrogate (so ``delta`` and ``dual_clip`` apply).
+CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "sequence_sum")
 _LOG_RATIO_LIMIT = 20.0
 
 
@@ -351,9 +353,9 @@ def vespo_surrogate(
     r"""VESPO (arXiv 2602.10693): REINFORCE scaled by a Gamma-shaped kernel of the sequence weight.
 
     .. math::
-        w_i = \prod_t r_{i,t}\ \ (	ext{not length-normalised}),\qquad
+        w_i = \prod_t r_{i,t}\ \ (\text{not length-normalised}),\qquad
         \phi(w) = e^{\lambda}\,w^{k}\,e^{-\lambda w}\ \ (\phi(1) = 1),\qquad
-        \ell_{i,t} = -\,\mathrm{sg}[\phi(w_i)]\,A_i\,\log\pi_	heta(o_{i,t})
+        \ell_{i,t} = -\,\mathrm{sg}[\phi(w_i)]\,A_i\,\log\pi_\theta(o_{i,t})
 
     with :math:`(k, \lambda) = (k_+, \lambda_+)` if :math:`A_i \ge 0`, else :math:`(k_-,
     \lambda_-)`.
@@ -385,6 +387,46 @@ def vespo_surrogate(
     return -phi * advantages * logp
 
 
+def rlplus_surrogate(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    demonstrations: torch.Tensor | None = None,
+    exploration_gamma: float = 0.5,
+) -> torch.Tensor:
+    r"""RL-PLUS (arXiv 2508.00222): no clip, and external demonstrations inside the group.
+
+    .. math::
+        \ell_{i,t} = \begin{cases} -\,r_{i,t}\,A_i & o_i \text{ sampled by the policy}\\
+        -\,r^m_{i,t}\,C_{i,t}\,A_i & o_i \text{ an external demonstration}\end{cases}
+
+    with the ordinary ratio :math:`r`, the MIS ratio :math:`r^m = 4\pi_\theta/(3\pi_{old}+1)`
+    (:func:`labkit.exploration.mis_ratio`) and the exploration weight :math:`C = (1 -
+    \mathrm{sg}[\pi_\theta])^\gamma` (:func:`labkit.exploration.focal_weight`), which, as in the
+    released code, applies to demonstration tokens only.
+
+    ======================  =====  ==========================================================
+    name                    shape  meaning
+    ======================  =====  ==========================================================
+    ``logp``, ``old_logp``  (B,T)  current and behaviour log-probs (for a demonstration the
+                                   behaviour policy is the old policy scoring it)
+    ``advantages``          (B,1)  or (B, T)
+    ``demonstrations``      (B,)   bool: rows that are external demonstrations; None = none
+    ``exploration_gamma``   float  gamma >= 0 (code default 0.5)
+    returns                 (B,T)  per-token loss
+    ======================  =====  ==========================================================
+
+    Nothing bounds the update: use one optimizer step per batch, or watch ``kl_old``.
+    """
+    from labkit.exploration import focal_weight, mis_ratio
+
+    policy_rows = no_clip_surrogate(token_log_ratio(logp, old_logp), advantages)
+    if demonstrations is None or not bool(demonstrations.any()):
+        return policy_rows
+    demo_rows = -mis_ratio(logp, old_logp) * focal_weight(logp, exploration_gamma) * advantages
+    return torch.where(demonstrations.bool()[:, None], demo_rows, policy_rows)
+
+
 # --------------------------------------------------------------------------------------------
 # aggregation
 # --------------------------------------------------------------------------------------------
@@ -413,7 +455,7 @@ def aggregate(
     ================  ==========================================================  ===================
     grpo, sapo        :math:`\frac1{N_{seq}}\sum_i\frac1{|o_i|}\sum_t m\ell`       :math:`1/(N_{seq}|o_i|)`
     bnpo              :math:`\frac{B}{N_{seq}}\cdot\frac{\sum m\ell}{\sum m}`       local token mean
-    dr_grpo           :math:`\frac{1}{N_{seq}L_{max}}\sum_{i,t} m\ell`              :math:`1/(N_{seq}L_{max})`
+    dr_grpo, rlplus   :math:`\frac{1}{N_{seq}L_{max}}\sum_{i,t} m\ell`              :math:`1/(N_{seq}L_{max})`
     dapo, cispo,      :math:`\frac{1}{N_{tok}}\sum_{i,t} m\ell`                     :math:`1/N_{tok}`
     vespo
     sequence_sum      :math:`\frac1{N_{seq}}\sum_{i,t} m\ell`                       :math:`1/N_{seq}`
@@ -463,10 +505,11 @@ def aggregate(
         return (total.sum(-1) / m.sum(-1).clamp(min=1)).sum() / n_seq
     if loss_type == "bnpo":
         return total.sum() / m.sum().clamp(min=1) * (batch / n_seq)
-    if loss_type == "dr_grpo":
+    if loss_type in ("dr_grpo", "rlplus"):
         if max_completion_length is None or not max_completion_length > 0:
             raise ValueError(
-                f"loss_type='dr_grpo' needs max_completion_length > 0, got {max_completion_length}"
+                f"loss_type={loss_type!r} needs max_completion_length > 0, got "
+                f"{max_completion_length}"
             )
         return total.sum() / (n_seq * max_completion_length)
     if loss_type == "sequence_sum":
@@ -657,7 +700,10 @@ def policy_loss(
     vespo_lambda_pos: float = 3.0,
     vespo_k_neg: float = 3.0,
     vespo_lambda_neg: float = 2.0,
+    demonstrations: torch.Tensor | None = None,
+    exploration_gamma: float = 0.5,
     token_weights: torch.Tensor | None = None,
+    token_penalty: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     r"""The policy loss of one micro-batch, as TRL's ``GRPOTrainer._compute_loss`` composes it.
 
@@ -679,7 +725,8 @@ def policy_loss(
     2. per-token surrogate by ``loss_type``: clipped (grpo, bnpo, dr_grpo, dapo, sequence_sum),
        ``cispo`` (weight capped at ``epsilon_high``), ``sapo`` (soft gate), ``vespo`` (Gamma
        kernel of the sequence weight), then times ``token_weights`` when given (the trainer's
-       token filters: top-entropy quantile, Clip-Cov/KL-Cov, importance-sampling correction);
+       token filters: top-entropy quantile, Clip-Cov, importance-sampling correction), plus
+       ``token_penalty`` when given (KL-Cov's ``coef * |log r|`` on its chosen tokens);
     3. :math:`+\beta\,k` with :math:`k` = ``kl_estimate(logp, ref_logp, kl_estimator)``, times
        :math:`w` if ``use_bias_correction_kl`` (DeepSeek-V3.2);
     4. :func:`aggregate` by ``loss_type``;
@@ -700,6 +747,9 @@ def policy_loss(
     ``token_weights``            (B, T)      optional non-negative multiplier of each token's
                                              surrogate (0 drops a token's gradient); the
                                              normalisers still count every masked-in token
+    ``token_penalty``            (B, T)      optional differentiable per-token term added
+                                             to the surrogate before aggregation
+    ``demonstrations``           (B,)        ``rlplus``: rows that are external demonstrations
     returns ``loss``             ()          scalar to back-propagate
     returns ``metrics``          dict        detached 0-dim tensors (no device sync), see below
     ===========================  ==========  ==========================================================
@@ -737,7 +787,7 @@ def policy_loss(
         raise ValueError(f"logp must have shape (B, T), got {tuple(logp.shape)}")
     _check_same_shape(
         logp, "logp", old_logp=old_logp, mask=mask, ref_logp=ref_logp, entropy=entropy,
-        token_weights=token_weights,
+        token_weights=token_weights, token_penalty=token_penalty,
     )
     _check_non_negative(epsilon=epsilon, epsilon_high=epsilon_high, beta=beta)
     _check_finite_number(beta=beta, entropy_coef=entropy_coef)
@@ -746,9 +796,9 @@ def policy_loss(
             "loss_type='cispo' needs epsilon_high, the absolute cap on the importance weight "
             "(e.g. 5.0); TRL would silently use epsilon=0.2 and shrink every gradient fivefold"
         )
-    if loss_type not in _CLIPPED and (delta is not None or dual_clip is not None):
+    if loss_type not in CLIPPED_LOSS_TYPES and (delta is not None or dual_clip is not None):
         raise ValueError(
-            f"delta and dual_clip only apply to the clipped loss types {_CLIPPED}, not {loss_type!r}"
+            f"delta and dual_clip only apply to the clipped loss types {CLIPPED_LOSS_TYPES}, not {loss_type!r}"
         )
     if beta > 0 and ref_logp is None:
         raise ValueError("beta > 0 needs ref_logp (log-probs of the reference model)")
@@ -782,6 +832,11 @@ def policy_loss(
         per_token = cispo_surrogate(logp, log_w, adv, max_weight=epsilon_high)
     elif loss_type == "sapo":
         per_token = sapo_surrogate(log_w, adv, sapo_temperature_pos, sapo_temperature_neg)
+    elif loss_type == "rlplus":
+        if importance_sampling_level != "token":
+            raise ValueError("loss_type='rlplus' uses token ratios (importance_sampling_level="
+                             "'token')")
+        per_token = rlplus_surrogate(logp, old_logp, adv, demonstrations, exploration_gamma)
     elif loss_type == "vespo":
         if adv.shape[1] != 1:
             raise ValueError("loss_type='vespo' weighs whole sequences: give one advantage per "
@@ -792,6 +847,8 @@ def policy_loss(
         per_token = clipped_surrogate(log_w, adv, epsilon, epsilon_high, delta, dual_clip)
     if token_weights is not None:
         per_token = per_token * token_weights.detach()
+    if token_penalty is not None:
+        per_token = per_token + token_penalty
 
     agg = {
         "mask": m,
@@ -834,8 +891,8 @@ def _ratio_metrics(log_w, token_lr, adv, m, loss_type, epsilon, epsilon_high, du
     zero = torch.zeros_like(w, dtype=torch.bool)
     if loss_type == "cispo":
         low, high = zero, (w > epsilon_high) & (a > 0)  # TRL's cispo_clip_ratio
-    elif loss_type in ("sapo", "vespo"):
-        low = high = zero  # soft gate / kernel: nothing is hard-clipped
+    elif loss_type in ("sapo", "vespo", "rlplus"):
+        low = high = zero  # soft gate / kernel / no clip: nothing is hard-clipped
     else:
         low = (w < 1 - epsilon) & (a < 0)
         high = (w > 1 + epsilon_high) & (a > 0)

@@ -50,7 +50,8 @@ METRICS = {
     "value_grad_norm": "global gradient norm of the critic before clipping",
     "skipped_nonfinite": "optimizer steps skipped because the loss, the gradient or the updated "
                          "weights were NaN/inf (the weights are then rolled back)",
-    "ref_reset": "1 when the reference model was reset to the policy after this step",
+    "ref_reset": "1 when the reference model was reset to the policy after this step (ProRL)",
+    "ref_sync": "1 when the reference moved toward the policy after this step (TR-DPO)",
     "learning_rate": "learning rate of the step's first optimizer step",
     "step_time": "seconds for the whole step (evaluation excluded)",
     "generation_time": "seconds spent sampling completions",

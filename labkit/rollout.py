@@ -38,6 +38,9 @@ class Rollout:
     completion_ids (B, L) long  right-padded sampled tokens, the end-of-turn token included
     completion_mask(B, L) long  1 on sampled tokens up to and including end-of-turn
     logprobs       (B, L) float sampling log-probs (0 on padding); float32
+    entropies      (B, L) float entropy (nats) of each sampling distribution, before top-k/top-p
+                                (0 on padding): the exploration metrics and the top-entropy
+                                token filter read it
     lengths        (B,) long    completion_mask.sum(-1)
     truncated      (B,) bool    True when no end-of-turn token came within the budget
     texts          list[str]    decoded completions without the end-of-turn token
@@ -49,6 +52,7 @@ class Rollout:
     completion_ids: torch.Tensor
     completion_mask: torch.Tensor
     logprobs: torch.Tensor
+    entropies: torch.Tensor
     lengths: torch.Tensor
     truncated: torch.Tensor
     texts: list[str]
@@ -149,12 +153,14 @@ def generate(
 
     tokens = torch.full((batch, max_completion_length), pad_id, dtype=torch.long, device=device)
     logps = torch.zeros((batch, max_completion_length), dtype=torch.float32, device=device)
+    entropies = torch.zeros_like(logps)
     finished_at = torch.full((batch,), -1, dtype=torch.long, device=device)
     alive = torch.arange(batch, device=device)  # rows still generating, in cache order
 
     for step in range(max_completion_length):
         scaled = logits if greedy else logits / temperature
         logp_all = torch.log_softmax(scaled, dim=-1)
+        entropies[alive, step] = -(logp_all.exp() * logp_all).sum(-1).nan_to_num(0.0)
         if greedy:
             tok = scaled.argmax(-1)
         else:
@@ -190,10 +196,46 @@ def generate(
     completion_ids = tokens[:, :width].masked_fill(completion_mask[:, :width] == 0, pad_id)
     completion_mask = completion_mask[:, :width]
     logps = logps[:, :width] * completion_mask
+    entropies = entropies[:, :width] * completion_mask
     texts = tokenizer.batch_decode(
         completion_ids.masked_fill(completion_ids == eos_id, pad_id), skip_special_tokens=False
     )
     pad_tok = tokenizer.pad_token
     texts = [t.replace(pad_tok, "") for t in texts]
-    return Rollout(prompt_ids, prompt_mask, completion_ids, completion_mask, logps,
+    return Rollout(prompt_ids, prompt_mask, completion_ids, completion_mask, logps, entropies,
                    lengths, truncated, texts)
+
+
+def with_demonstrations(rollout: Rollout, tokenizer, demonstrations: list[str],
+                        num_generations: int) -> Rollout:
+    """The rollout with the last completion of each group replaced by an external demonstration
+    (RL-PLUS, arXiv 2508.00222): ``demonstrations[p]`` is prompt p's text (without the
+    end-of-turn token, which is appended). The demonstrations' sampling log-probs and entropies
+    are unknown and set to 0; the trainer scores them with the old policy before the update.
+    A demonstration longer than the widest completion widens the tensors (it is never cut)."""
+    eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
+    encoded = [tokenizer(text, add_special_tokens=False)["input_ids"] + [eos_id]
+               for text in demonstrations]
+    rows = [p * num_generations + num_generations - 1 for p in range(len(demonstrations))]
+    width = max(rollout.completion_ids.size(1), *(len(ids) for ids in encoded))
+
+    def widened(tensor, fill):
+        extra = width - tensor.size(1)
+        if extra == 0:
+            return tensor.clone()
+        return torch.cat([tensor, tensor.new_full((tensor.size(0), extra), fill)], dim=1)
+
+    ids, mask = widened(rollout.completion_ids, pad_id), widened(rollout.completion_mask, 0)
+    logps, entropies = widened(rollout.logprobs, 0.0), widened(rollout.entropies, 0.0)
+    lengths, truncated, texts = rollout.lengths.clone(), rollout.truncated.clone(), \
+        list(rollout.texts)
+    for row, tokens, text in zip(rows, encoded, demonstrations):
+        ids[row] = pad_id
+        ids[row, :len(tokens)] = torch.tensor(tokens, device=ids.device)
+        mask[row] = 0
+        mask[row, :len(tokens)] = 1
+        logps[row] = 0.0
+        entropies[row] = 0.0
+        lengths[row], truncated[row], texts[row] = len(tokens), False, text
+    return Rollout(rollout.prompt_ids, rollout.prompt_mask, ids, mask, logps, entropies, lengths,
+                   truncated, texts)

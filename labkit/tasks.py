@@ -448,6 +448,18 @@ def solution_text(problem: Problem, style: str = "worked") -> str:
     return completion_text(worked if style == "worked" else verbose, problem.answer)
 
 
+def problem_from_row(row: dict) -> Problem:
+    """The :class:`Problem` a dataset row (:func:`to_row`) was made from."""
+    return Problem(id=row["id"], family=row["family"], difficulty=int(row["difficulty"]),
+                   question=row["question"], answer=row["answer"],
+                   numbers=tuple(row.get("numbers") or ()), target=row.get("target"))
+
+
+def worked_solution(row: dict) -> str:
+    """A correct worked completion of a task-suite row (RL-PLUS's external demonstration)."""
+    return solution_text(problem_from_row(row), "worked")
+
+
 # ---------------------------------------------------------------------------------------------
 # checking answers
 

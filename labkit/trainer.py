@@ -76,6 +76,17 @@ from labkit.config import TrainConfig
 from labkit.data import as_dataset, check_prompt_dataset
 from labkit.evaluate import evaluate
 from labkit.experience import Experience
+from labkit.exploration import (
+    clip_cov_mask,
+    covariance,
+    dra_weights,
+    kl_cov_mask,
+    mix_reference,
+    ngram_embeddings,
+    reset_reference,
+    temperature_at,
+    top_entropy_mask,
+)
 from labkit.filters import (
     adaptive_num_remains,
     difficulty_quartiles,
@@ -92,7 +103,7 @@ from labkit.forward import (
 from labkit.length_control import length_shaped_rewards
 from labkit.losses import kl_estimate, policy_loss, value_loss
 from labkit.metrics import METRICS, TIMING_COLUMNS, StepStats
-from labkit.models import ValueModel, load_policy
+from labkit.models import FORMAT_TAGS, ValueModel, load_policy
 from labkit.rewards import (
     accuracy_reward,
     combine_rewards_by_weight,
@@ -100,10 +111,10 @@ from labkit.rewards import (
     per_completion,
     reward_function_names,
 )
-from labkit.rollout import generate
+from labkit.rollout import generate, with_demonstrations
 from labkit.run_control import InterruptGuard, capture_rng, peak_memory_mb, restore_rng
 from labkit.shaping import overlong_penalty
-from labkit.tasks import load_split
+from labkit.tasks import load_split, worked_solution
 
 #: Fields that may differ between a checkpoint and the run resuming it (they do not change what
 #: the run computes); any other difference is refused.
@@ -196,6 +207,9 @@ class Trainer:
         self._nonfinite_streak = 0
         self._update_started = False
         self._gfpo_mean_rewards: list[float] = []  # adaptive GFPO's record of group difficulty
+        self._optimizer_steps = 0  # TR-DPO syncs the reference every ref_model_sync_steps of them
+        self._best_eval, self._evals_since_best = -math.inf, 0  # ProRL's stall trigger
+        self.temperature = cfg.temperature  # the current step's (temperature_schedule)
         if cfg.resume_from:
             self.load_checkpoint(cfg.resume_from)
 
@@ -330,6 +344,9 @@ class Trainer:
                 metrics = self.evaluate()
                 self.eval_rows.append({"step": self.step, **metrics})
                 row.update(metrics)
+                if self._eval_stalled(metrics["eval_accuracy"]):
+                    reset_reference(self.model, self.ref_model, self.optimizer)
+                    row["ref_reset"] = 1
             if cfg.save_every and self.step % cfg.save_every == 0:
                 self.save_checkpoint()
         if self._nonfinite_streak >= cfg.max_nonfinite_steps:
@@ -342,6 +359,20 @@ class Trainer:
         for callback in self.callbacks:
             callback(self, row)
         self.guard.raise_if_requested()
+
+    def _eval_stalled(self, accuracy: float) -> bool:
+        """ProRL's trigger: ``ref_reset_patience`` evaluations in a row without a new best."""
+        patience = self.config.ref_reset_patience
+        if not patience:
+            return False
+        if accuracy > self._best_eval:
+            self._best_eval, self._evals_since_best = accuracy, 0
+            return False
+        self._evals_since_best += 1
+        if self._evals_since_best < patience:
+            return False
+        self._evals_since_best = 0
+        return True
 
     def _on_interrupt(self) -> None:
         cfg = self.config
@@ -356,9 +387,12 @@ class Trainer:
 
     def training_step(self) -> dict:
         """Sample, score, compute advantages and update once; returns the step's metrics row."""
+        cfg = self.config
         start = time.perf_counter()
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
+        self.temperature = temperature_at(self.step, cfg.max_steps, cfg.temperature,
+                                          cfg.temperature_final, cfg.temperature_schedule)
         batch, row = self.sample_and_score()                 # 1-2
         self.score_forwards(batch)                           # 3
         row.update(self.compute_advantages(batch))           # 4
@@ -366,6 +400,7 @@ class Trainer:
         with self.guard:                                     # 5, never half applied
             self._update_started = True
             row.update(self.update(batch))
+            row.update(self._move_reference())
             self.step += 1
             elapsed = time.perf_counter() - start
             row.update(step=self.step, learning_rate=learning_rate, step_time=elapsed,
@@ -392,13 +427,20 @@ class Trainer:
             rollout = generate(self.model, self.tokenizer, rows["prompt"],
                                num_generations=per_prompt,
                                max_completion_length=cfg.max_completion_length,
-                               temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+                               temperature=self.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
                                generator=self.generator)
             generation_time += time.perf_counter() - tic
+            if cfg.rlplus_demonstrations:
+                rollout = with_demonstrations(rollout, self.tokenizer,
+                                              self._demonstrations(rows), per_prompt)
             self._check_context(rollout, indices)
             batch = Experience.from_rollout(rollout, self.tokenizer.pad_token_id)
             batch.prompt_index = torch.tensor(indices, device=self.device).repeat_interleave(
                 per_prompt)
+            is_demo = torch.zeros(len(batch), dtype=torch.bool, device=self.device)
+            if cfg.rlplus_demonstrations:
+                is_demo[per_prompt - 1::per_prompt] = True
+            batch.demonstrations = is_demo
             batch.reward_components, batch.rewards, correct = self._rewards(rows, rollout)
             sampled.append((batch.reward_components, batch.rewards, correct, batch.lengths,
                             batch.truncated))
@@ -415,10 +457,25 @@ class Trainer:
         batch = Experience.cat(kept).select(slice(0, cfg.prompts_per_step * per_prompt))
         if cfg.mask_truncated_completions:
             batch.loss_mask = batch.loss_mask * ~batch.truncated[:, None]
+        if cfg.top_entropy_quantile < 1:
+            batch.token_weights = top_entropy_mask(batch.sample_entropy, batch.loss_mask,
+                                                   cfg.top_entropy_quantile).float()
         row = self._sampling_metrics(sampled)
+        real = batch.loss_mask.bool() & ~batch.demonstrations[:, None]
+        row["entropy_high_frac"] = float(
+            (batch.sample_entropy[real] > cfg.entropy_threshold).float().mean()) \
+            if real.any() else math.nan
         row.update(groups_dropped=dropped, resample_rounds=rounds,
                    generation_time=generation_time)
         return batch, row
+
+    def _demonstrations(self, rows: dict) -> list[str]:
+        """RL-PLUS's external demonstration of each prompt: the dataset's ``solution`` column,
+        else the task suite's worked solution."""
+        count = len(rows["prompt"])
+        if "solution" in rows:
+            return list(rows["solution"])
+        return [worked_solution({k: v[i] for k, v in rows.items()}) for i in range(count)]
 
     def _check_context(self, rollout, indices) -> None:
         """Refuse prompts that leave no room for a completion in the model's context."""
@@ -451,6 +508,8 @@ class Trainer:
                        for r in accuracy_reward(prompts, completions, **columns)]
         totals = torch.tensor(totals, dtype=torch.float32, device=self.device)
         correct = torch.tensor(correct, dtype=torch.float32)
+        if cfg.diversity_adjustment is not None and per_prompt > 1:
+            totals = totals * dra_weights(self._embeddings(rollout), per_prompt).to(totals.device)
         lengths = rollout.lengths.to(totals.device)
         if cfg.overlong_buffer_len:
             totals = totals + overlong_penalty(lengths.clone(), cfg.max_completion_length,
@@ -463,6 +522,18 @@ class Trainer:
                 target_easy=cfg.length_target_easy)
         per_function = torch.tensor(per_function, dtype=torch.float32).T
         return per_function, totals, correct
+
+    def _embeddings(self, rollout) -> torch.Tensor:
+        """DRA's completion embeddings: character 3-grams, or the policy's mean last hidden
+        state over each completion's tokens."""
+        if self.config.diversity_adjustment == "ngram":
+            return ngram_embeddings(rollout.texts, ignore=FORMAT_TAGS)
+        with torch.inference_mode():
+            hidden = self.model.get_decoder()(input_ids=rollout.completion_ids,
+                                              attention_mask=rollout.completion_mask
+                                              ).last_hidden_state
+        mask = rollout.completion_mask[..., None].to(hidden.dtype)
+        return ((hidden * mask).sum(1) / mask.sum(1).clamp(min=1)).float()
 
     def _sampling_metrics(self, sampled) -> dict:
         """Reward, accuracy and length statistics over every completion sampled in the step."""
@@ -479,7 +550,7 @@ class Trainer:
                    truncation_rate=truncated.float().mean().item(),
                    frac_reward_zero_std=((~informative).float().mean().item()
                                          if informative.numel() else 0.0),
-                   sampled_tokens=int(lengths.sum()), temperature=self.config.temperature)
+                   sampled_tokens=int(lengths.sum()), temperature=self.temperature)
         return row
 
     # ---- 3. score forwards -----------------------------------------------------------------------
@@ -488,10 +559,14 @@ class Trainer:
         cfg = self.config
         if len(batch) == 0:
             return
-        temperature = cfg.temperature
-        if cfg.off_policy:
+        temperature = self.temperature
+        # demonstrations were not sampled by the policy: the old policy must score them
+        if cfg.off_policy or cfg.rlplus_demonstrations:
             batch.old_logp = self._no_grad(batch, lambda mb: completion_logprobs(
                 self.model, mb, temperature, self._share_prompts))
+            if cfg.rlplus_demonstrations:  # their "sampling" log-probs are the old policy's
+                demo = batch.demonstrations[:, None]
+                batch.sample_logp = torch.where(demo, batch.old_logp, batch.sample_logp)
         if self.ref_model is not None:
             batch.ref_logp = self._no_grad(batch, lambda mb: completion_logprobs(
                 self.ref_model, mb, temperature, self._share_prompts))
@@ -595,7 +670,7 @@ class Trainer:
         rows = self.train_dataset[batch.prompt_index[::cfg.num_generations].tolist()]
         rollout = generate(self.model, self.tokenizer, rows["prompt"], num_generations=1,
                            max_completion_length=cfg.max_completion_length,
-                           temperature=cfg.temperature, greedy=True)
+                           temperature=self.temperature, greedy=True)
         return self._rewards(rows, rollout)[1]
 
     # ---- 5. update -------------------------------------------------------------------------------
@@ -656,14 +731,21 @@ class Trainer:
         tokens = mini.loss_mask.sum().clamp(min=1)
         for micro_rows in self._micro_batches(mini, has_gradient.nonzero().squeeze(-1)):
             mb = mini.select(micro_rows).trimmed()
-            logp, entropy = completion_logprobs_and_entropy(self.model, mb, cfg.temperature,
+            logp, entropy = completion_logprobs_and_entropy(self.model, mb, self.temperature,
                                                             self._share_prompts)
             if not _finite_where(mb.loss_mask, logp, mb.old_logp, mb.ref_logp):
                 return False
+            weights, penalty, filtered = self._token_filters(logp, mb)
+            if filtered is not None:
+                stats.add("tokens_masked", filtered[mb.loss_mask.bool()].float().mean(),
+                          mb.loss_mask.sum())
+            unclipped = cfg.cov_penalty == "kl_cov"  # KL-Cov replaces the clip by its penalty
             loss, metrics = policy_loss(
                 logp, mb.old_logp, mb.advantages, mb.loss_mask, loss_type=cfg.loss_type,
-                importance_sampling_level=cfg.importance_sampling_level, epsilon=cfg.epsilon,
-                epsilon_high=cfg.epsilon_high, delta=cfg.delta, dual_clip=cfg.dual_clip,
+                importance_sampling_level=cfg.importance_sampling_level,
+                epsilon=math.inf if unclipped else cfg.epsilon,
+                epsilon_high=math.inf if unclipped else cfg.epsilon_high,
+                delta=cfg.delta, dual_clip=cfg.dual_clip,
                 beta=0.0 if cfg.kl_in_reward else cfg.beta, ref_logp=mb.ref_logp,
                 kl_estimator=cfg.kl_estimator, use_bias_correction_kl=cfg.use_bias_correction_kl,
                 max_completion_length=cfg.max_completion_length,
@@ -672,7 +754,9 @@ class Trainer:
                 entropy_coef=cfg.entropy_coef, sapo_temperature_pos=cfg.sapo_temperature_pos,
                 sapo_temperature_neg=cfg.sapo_temperature_neg, vespo_k_pos=cfg.vespo_k_pos,
                 vespo_lambda_pos=cfg.vespo_lambda_pos, vespo_k_neg=cfg.vespo_k_neg,
-                vespo_lambda_neg=cfg.vespo_lambda_neg)
+                vespo_lambda_neg=cfg.vespo_lambda_neg, demonstrations=mb.demonstrations,
+                exploration_gamma=cfg.exploration_gamma, token_weights=weights,
+                token_penalty=penalty)
             stats.add("loss", metrics.pop("loss"), weight=None)
             weight = mb.loss_mask.sum()
             if self.value_model is not None:
@@ -688,6 +772,51 @@ class Trainer:
                     stats.add(key, metrics[key], weight)
             loss.backward()
         return True
+
+    def _token_filters(self, logp: torch.Tensor, mb: Experience):
+        """Per-token weights (0 = no gradient), penalty and the bool "filtered" map of this
+        micro-batch: the step's top-entropy mask, then Clip-Cov's silenced or KL-Cov's penalised
+        tokens. ``(None, None, None)`` when no filter is on."""
+        cfg = self.config
+        weights = mb.token_weights
+        if cfg.cov_penalty is None:
+            return weights, None, None if weights is None else weights == 0
+        old = logp.detach() if mb.old_logp is None else mb.old_logp
+        advantages = mb.advantages
+        advantages = advantages[:, None] if advantages.dim() == 1 else advantages
+        cov = covariance(logp, advantages, mb.loss_mask)
+        if cfg.cov_penalty == "kl_cov":
+            chosen = kl_cov_mask(cov, mb.loss_mask, cfg.kl_cov_ratio)
+            penalty = cfg.kl_cov_coef * (logp - old).abs() * chosen
+            filtered = chosen if weights is None else chosen | (weights == 0)
+            return weights, penalty, filtered
+        ratio = torch.exp((logp - old).detach())
+        high = 1 + (cfg.epsilon if cfg.epsilon_high is None else cfg.epsilon_high)
+        clipped = ((advantages > 0) & (ratio > high)) | ((advantages < 0)
+                                                         & (ratio < 1 - cfg.epsilon))
+        generator = torch.Generator().manual_seed(cfg.seed * 7_919 + self.step)
+        silenced = clip_cov_mask(cov, mb.loss_mask, clipped, cfg.clip_cov_ratio, cfg.clip_cov_lb,
+                                 cfg.clip_cov_ub, generator)
+        keep = (~silenced).float()
+        weights = keep if weights is None else weights * keep
+        return weights, None, weights == 0
+
+    def _move_reference(self) -> dict:
+        """After an update: TR-DPO's soft sync every ref_model_sync_steps optimizer steps, and
+        ProRL's periodic hard reset. Returns the ``ref_sync``/``ref_reset`` events."""
+        cfg = self.config
+        events = {}
+        if cfg.sync_ref_model:
+            before = self._optimizer_steps
+            self._optimizer_steps += cfg.num_iterations * cfg.num_mini_batches
+            if self._optimizer_steps // cfg.ref_model_sync_steps > \
+                    before // cfg.ref_model_sync_steps:
+                mix_reference(self.model, self.ref_model, cfg.ref_model_mixup_alpha)
+                events["ref_sync"] = 1
+        if cfg.ref_reset_every and (self.step + 1) % cfg.ref_reset_every == 0:
+            reset_reference(self.model, self.ref_model, self.optimizer)
+            events["ref_reset"] = 1
+        return events
 
     def _apply_gradients(self, finite: bool, stats: StepStats) -> None:
         """Clip and step, unless a loss or gradient was not finite: then drop the gradients. If
@@ -727,7 +856,7 @@ class Trainer:
         if self.eval_dataset is None:
             raise ValueError("no eval dataset: pass eval_dataset or set eval_every > 0")
         table = evaluate(self.model, self.tokenizer, self.eval_dataset, k=cfg.eval_k,
-                         temperature=cfg.temperature,
+                         temperature=cfg.eval_temperature or cfg.temperature,
                          max_completion_length=cfg.max_completion_length, seed=cfg.seed)
         overall = table[table["family"] == "all"].iloc[0]
         return {"eval_accuracy": float(overall["accuracy"]),
@@ -745,6 +874,8 @@ class Trainer:
                  "scheduler": self.scheduler.state_dict(), "rng": capture_rng(self.generator),
                  "sampler": self.sampler.state_dict(), "nonfinite_streak": self._nonfinite_streak,
                  "gfpo_mean_rewards": list(self._gfpo_mean_rewards),
+                 "optimizer_steps": self._optimizer_steps,
+                 "best_eval": [self._best_eval, self._evals_since_best],
                  "config": self.config.to_dict()}
         with self.guard:
             return save_checkpoint(directory, model=self.model, tokenizer=self.tokenizer,
@@ -768,6 +899,8 @@ class Trainer:
         self.step = state["step"]
         self._nonfinite_streak = state["nonfinite_streak"]
         self._gfpo_mean_rewards = list(state.get("gfpo_mean_rewards", []))
+        self._optimizer_steps = state.get("optimizer_steps", 0)
+        self._best_eval, self._evals_since_best = state.get("best_eval", [-math.inf, 0])
         self.rows = history.to_dict("records")
         self.eval_rows = eval_history.to_dict("records")
 

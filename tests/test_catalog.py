@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.catalog import CATALOG, CHANGES, CORE_IDS, TRICK_IDS, catalog_frame, get
+from labkit.catalog import CATALOG, CHANGES, CORE_IDS, EXTRA_IDS, TRICK_IDS, catalog_frame, get
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,6 +60,9 @@ NOTEBOOKS = {
 } | {
     "notebooks/05_gspo.ipynb",
     "notebooks/06_gfpo_length.ipynb",
+    "notebooks/07_exploration.ipynb",
+    "notebooks/08_rewards_data.ipynb",
+    "notebooks/09_scaling_up.ipynb",
 }
 
 
@@ -67,7 +70,7 @@ def test_ids_are_unique_and_cover_the_brief_in_order():
     ids = [m.id for m in CATALOG]
     assert len(ids) == len(set(ids))
     assert list(CORE_IDS) == LAB_CORE and list(TRICK_IDS) == LAB_TRICKS and len(LAB_TRICKS) == 29
-    assert ids == LAB_CORE + LAB_TRICKS
+    assert ids == LAB_CORE + LAB_TRICKS + list(EXTRA_IDS)
     assert get("grpo").id == "grpo"
     with pytest.raises(KeyError, match="unknown method id"):
         get("ppo2")
@@ -98,7 +101,10 @@ GENERIC_FIELDS = {
     "length_target", "length_target_easy", "sapo_temperature_pos", "sapo_temperature_neg",
     "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg", "gfpo_metric",
     "kl_estimator", "entropy_coef", "vf_coef", "clip_range_value", "value_learning_rate",
-    "gamma", "lam", "delta", "use_bias_correction_kl", "kl_in_reward",
+    "gamma", "lam", "delta", "use_bias_correction_kl", "kl_in_reward", "entropy_threshold",
+    "eval_temperature", "temperature_final", "clip_cov_lb", "clip_cov_ub", "clip_cov_ratio",
+    "kl_cov_ratio", "kl_cov_coef", "ref_model_mixup_alpha", "ref_model_sync_steps",
+    "exploration_gamma", "ref_reset_patience",
 }
 
 
@@ -149,7 +155,7 @@ def test_notebook_mentions_the_id_once_it_exists(method):
 def test_catalog_frame_has_one_row_per_method():
     frame = catalog_frame()
     assert list(frame["id"]) == [m.id for m in CATALOG]
-    assert set(frame["kind"]) == {"core", "trick"}
+    assert set(frame["kind"]) == {"core", "trick", "extra"}
     assert {"status", "changes", "arxiv", "switch", "notebook", "tests"} <= set(frame.columns)
     assert (
         frame.loc[frame["id"] == "dapo-token-loss", "switch"].item()

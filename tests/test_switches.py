@@ -12,6 +12,7 @@ import torch
 
 from labkit.advantages import combine_rewards
 from labkit.config import preset
+from labkit.exploration import temperature_at
 from labkit.forward import completion_logprobs
 from labkit.length_control import length_shaped_rewards
 from labkit.models import build_char_tokenizer, tiny_qwen_config
@@ -53,7 +54,7 @@ def make_trainer(base, name="grpo", reward_funcs=(length_reward,), **overrides):
     model, tokenizer, data = base
     config = preset(name, **{**SMALL, **overrides})
     return Trainer(config, model=copy.deepcopy(model), tokenizer=tokenizer, train_dataset=data,
-                   reward_funcs=list(reward_funcs))
+                   reward_funcs=None if reward_funcs is None else list(reward_funcs))
 
 
 @pytest.mark.parametrize("overrides", [
@@ -139,3 +140,110 @@ def test_adaptive_gfpo_keeps_more_of_the_harder_groups(base):
     assert (k[order].diff() <= 0).all()
     kept = (batch.sequence_advantages != 0).view(8, 8).sum(-1)
     assert (kept <= 6).all()
+
+
+# ---- notebook 07: exploration and stability --------------------------------------------------------
+def test_on_policy_ratio_is_one_along_a_temperature_schedule(base):
+    trainer = make_trainer(base, max_steps=3, temperature=1.3, temperature_schedule="linear",
+                           temperature_final=0.7)
+    temps = []
+    for _ in range(3):
+        trainer.temperature = temperature_at(trainer.step, 3, 1.3, 0.7, "linear")
+        batch, row = trainer.sample_and_score()
+        temps.append(row["temperature"])
+        with torch.no_grad():
+            b = batch.trimmed()
+            logp = completion_logprobs(trainer.model, b, trainer.temperature)
+        ratio = torch.exp(logp - b.sample_logp)[b.completion_mask.bool()]
+        torch.testing.assert_close(ratio, torch.ones_like(ratio), atol=1e-4, rtol=0)
+        trainer.step += 1
+    assert temps == pytest.approx([1.3, 1.0, 0.7])
+    history = make_trainer(base, max_steps=3, temperature=1.3, temperature_schedule="cosine",
+                           temperature_final=0.7).train().history
+    assert history["temperature"].tolist() == pytest.approx([1.3, 1.0, 0.7])
+
+
+def test_reference_reset_has_prorls_properties(base):
+    trainer = make_trainer(base, max_steps=2, beta=0.04, ref_reset_every=2)
+    trainer.train()
+    assert trainer.history["ref_reset"].tolist()[-1] == 1
+    # the reference equals the policy, the optimizer state is empty
+    policy, ref = trainer.model.state_dict(), trainer.ref_model.state_dict()
+    assert all(torch.equal(policy[k], ref[k]) for k in policy)
+    assert len(trainer.optimizer.state) == 0
+    # the KL term is 0 on any batch, and the policy's forward did not change
+    batch, _ = trainer.sample_and_score()
+    trainer.score_forwards(batch)
+    b = batch.trimmed()
+    with torch.no_grad():
+        logp = completion_logprobs(trainer.model, b, 1.0)
+    mask = b.loss_mask.bool()
+    torch.testing.assert_close(b.ref_logp[mask], logp[mask], atol=1e-5, rtol=0)
+    torch.testing.assert_close(b.sample_logp[mask], logp[mask], atol=1e-4, rtol=0)
+
+
+def test_stalled_evaluation_triggers_a_reset(base):
+    trainer = make_trainer(base, max_steps=4, beta=0.04, eval_every=1, eval_k=1,
+                           ref_reset_patience=1)
+    trainer.eval_dataset = load_split("eval").select(range(0, 200, 50))
+    scores = iter([0.3, 0.5, 0.4, 0.6, 0.2])  # a new best, then a stall at step 2
+    trainer.evaluate = lambda: {"eval_accuracy": next(scores), "eval_pass@k": 0.0,
+                                "eval_length": 0.0, "eval_format_rate": 0.0,
+                                "eval_truncation": 0.0}
+    history = trainer.train().history
+    assert history["ref_reset"].fillna(0).tolist() == [0, 1, 0, 1]
+
+
+def test_reference_sync_events(base):
+    trainer = make_trainer(base, max_steps=4, beta=0.04, sync_ref_model=True,
+                           ref_model_sync_steps=2, ref_model_mixup_alpha=1.0)
+    history = trainer.train().history
+    assert history["ref_sync"].fillna(0).tolist() == [0, 1, 0, 1]
+    policy, ref = trainer.model.state_dict(), trainer.ref_model.state_dict()
+    assert all(torch.equal(policy[k], ref[k]) for k in policy)  # alpha = 1: a copy
+
+
+def test_rlplus_trains_with_a_demonstration_in_every_group(base):
+    trainer = make_trainer(base, loss_type="rlplus", rlplus_demonstrations=True,
+                           scale_rewards="none", reward_funcs=None, max_completion_length=24)
+    batch, _ = trainer.sample_and_score()
+    assert batch.demonstrations.tolist() == [False, False, False, True] * 4
+    assert (batch.reward_components[batch.demonstrations, 0] == 1).all()  # worked solutions
+    assert not batch.truncated[batch.demonstrations].any()
+    history = trainer.train().history
+    assert history["skipped_nonfinite"].sum() == 0 and history["completions_trained"].min() > 0
+
+
+def test_diversity_adjustment_discounts_duplicates(base):
+    plain = make_trainer(base, reward_funcs=(parity_reward,))
+    dra = make_trainer(base, reward_funcs=(parity_reward,), diversity_adjustment="ngram")
+    raw, _ = plain.sample_and_score()
+    out, _ = dra.sample_and_score()
+    assert torch.equal(raw.completion_ids, out.completion_ids)
+    scaled = out.rewards <= raw.rewards + 1e-6
+    assert scaled.all() and (out.rewards[raw.rewards > 0] > 0).all()
+    assert (out.rewards < raw.rewards).any()  # some completions share n-grams
+    hidden = make_trainer(base, reward_funcs=(parity_reward,), diversity_adjustment="hidden")
+    hidden_batch, _ = hidden.sample_and_score()
+    assert (hidden_batch.rewards <= raw.rewards + 1e-6).all()
+
+
+def test_top_entropy_quantile_trains_only_forking_tokens(base):
+    trainer = make_trainer(base, top_entropy_quantile=0.2)
+    batch, row = trainer.sample_and_score()
+    kept = batch.token_weights.bool() & batch.loss_mask.bool()
+    share = kept.sum() / batch.loss_mask.sum()
+    assert 0.15 <= share <= 0.3
+    assert batch.sample_entropy[kept].min() >= batch.sample_entropy[
+        batch.loss_mask.bool() & ~kept].max()
+    assert 0 <= row["entropy_high_frac"] <= 1
+    history = trainer.train().history
+    assert 0.6 < history["tokens_masked"].iloc[0] < 0.9
+
+
+@pytest.mark.parametrize("kind", ["clip_cov", "kl_cov"])
+def test_cov_penalties_train(base, kind):
+    history = make_trainer(base, cov_penalty=kind, num_mini_batches=2, clip_cov_ratio=0.05,
+                           kl_cov_ratio=0.05, clip_cov_lb=-10.0).train().history
+    assert history["skipped_nonfinite"].sum() == 0
+    assert (history["tokens_masked"] > 0).all()

@@ -42,10 +42,7 @@ from labkit.advantages import combine_rewards
 from labkit.logprobs import logprobs_and_entropy
 from labkit.losses import policy_loss
 from labkit.shaping import overlong_penalty
-
-# TRL's log names of the clip fractions -> the lab's (labkit.metrics)
-TRL_METRICS = {"clip_ratio/low_mean": "clip_low", "clip_ratio/high_mean": "clip_high",
-               "clip_ratio/region_mean": "clip_region"}
+from labkit.trl_bridge import TRL_METRICS
 
 D = torch.float64
 B, T, L_MAX = 4, 6, 8

@@ -1,0 +1,699 @@
+"""The TRL bridge: run a lab :class:`~labkit.config.TrainConfig` with TRL's ``GRPOTrainer``.
+
+The lab and TRL share most of GRPO's vocabulary, so a learner who tuned a run here can hand it to
+TRL (and to its multi-GPU launchers, :mod:`labkit.trl_train`) without re-deriving anything:
+
+* :func:`to_grpo_config` turns a ``TrainConfig`` into a ``trl.GRPOConfig``: the shared fields
+  (:data:`SHARED_FIELDS`) are copied, the batch sizes and step counts are converted
+  (:func:`trl_batch_sizes`), the precision and device flags follow ``dtype``/``device``, and the
+  TRL knobs whose defaults would silently change the lab's algorithm are pinned
+  (:data:`TRL_PINNED`, e.g. ``use_bias_correction_kl=False``);
+* :func:`trl_reward_funcs` gives TRL the lab's reward functions plus DAPO's soft overlong
+  punishment as TRL's own ``trl.rewards.get_soft_overlong_punishment`` (the lab adds it to the
+  reward; TRL sums it in as one more weighted reward function, which is the same total);
+* :func:`train_with_trl` does both and trains, returning TRL's log as a frame in the lab's column
+  names (:data:`TRL_METRICS`), one row per optimizer step.
+
+What TRL's ``GRPOTrainer`` cannot express is refused with a ``ValueError`` naming the field, its
+value, why, and TRL's nearest equivalent (:data:`LAB_ONLY`): a user never gets a silently
+different algorithm. A few lab features may be dropped on explicit request
+(``drop_unsupported=("dynamic_sampling",)``, :data:`DROPPABLE`); what was dropped is returned,
+warned about and printed by the entry point. How the presets fare:
+
+==========  =========================================================================
+preset      with TRL's GRPOTrainer
+==========  =========================================================================
+grpo        maps
+dr_grpo     maps
+gspo        maps (4 mini-batches = ``steps_per_generation`` 4 x ``gradient_accumulation``)
+dapo        refused for ``dynamic_sampling`` (TRL does not resample groups); runs with
+            ``drop_unsupported=("dynamic_sampling",)``, the rest of DAPO maps (clip-higher,
+            token-level loss, overlong filtering and the soft overlong punishment)
+ppo         refused: ``advantage_estimator="gae"`` needs a critic, which GRPOTrainer lacks
+gfpo        refused: ``num_remains_in_group`` (GFPO's filter, arXiv 2508.09726) is not in TRL
+==========  =========================================================================
+
+Batch sizes. A lab step samples ``prompts_per_step x num_generations`` completions (TRL's
+``generation_batch_size``), then makes ``num_iterations x num_mini_batches`` optimizer steps, each
+over a mini-batch accumulated in micro-batches of at most ``micro_batch_size``. TRL generates once
+every ``steps_per_generation`` micro-steps per process and steps the optimizer every
+``gradient_accumulation_steps``; over ``N`` processes:
+
+=================================  ==============================================================
+TRL field                          from the lab config
+=================================  ==============================================================
+``per_device_train_batch_size``    largest divisor of the per-process mini-batch
+                                   ``P x G / num_mini_batches / N`` that is <= ``micro_batch_size``
+                                   (the whole per-process mini-batch when it is None; with
+                                   ``loss_type="bnpo"``, which normalises per micro-batch, the
+                                   cap must divide it)
+``gradient_accumulation_steps``    per-process mini-batch / ``per_device_train_batch_size``
+``steps_per_generation``           ``gradient_accumulation_steps x num_mini_batches``
+``generation_batch_size``          (derived by TRL) ``per_device x N x steps_per_generation =
+                                   P x G``
+``max_steps``                      lab ``max_steps x num_iterations x num_mini_batches``:
+                                   TRL counts optimizer steps, the lab generation batches
+``warmup_steps``                   ``warmup_ratio`` (transformers reads a value < 1 as a ratio of
+                                   the optimizer steps, as the lab's scheduler does)
+=================================  ==============================================================
+
+so both sample the same completions per generation and take the same optimizer steps on them.
+
+Deliberate differences that remain (none changes the expected gradient): TRL samples with
+``model.generate`` and the lab with its own KV-cached loop (same distribution, other random
+streams); the lab skips the training forward of zero-advantage completions; a group whose
+rewards are all equal gets advantage exactly 0 in the lab and about 1e-8 in TRL (rounding of the
+group mean); TRL averages sequence-level clip flags over sequences, the lab over tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import pandas as pd
+import torch
+
+from labkit.config import TrainConfig
+
+# ---- the tables ----------------------------------------------------------------------------------
+#: Lab field -> ``GRPOConfig`` field of the same meaning, copied as is (after
+#: :data:`TRL_VALUES`' renames). A field missing from the ``TrainConfig`` is skipped.
+SHARED_FIELDS = {
+    "num_generations": "num_generations",
+    "max_completion_length": "max_completion_length",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "scale_rewards": "scale_rewards",
+    "mask_truncated_completions": "mask_truncated_completions",
+    "loss_type": "loss_type",
+    "importance_sampling_level": "importance_sampling_level",
+    "epsilon": "epsilon",
+    "epsilon_high": "epsilon_high",
+    "delta": "delta",
+    "beta": "beta",
+    "entropy_coef": "entropy_coef",
+    "num_iterations": "num_iterations",
+    "learning_rate": "learning_rate",
+    "lr_scheduler_type": "lr_scheduler_type",
+    "weight_decay": "weight_decay",
+    "adam_beta1": "adam_beta1",
+    "adam_beta2": "adam_beta2",
+    "max_grad_norm": "max_grad_norm",
+    "seed": "seed",
+    "gradient_checkpointing": "gradient_checkpointing",
+    "multi_objective_aggregation": "multi_objective_aggregation",
+    "use_bias_correction_kl": "use_bias_correction_kl",
+    "sapo_temperature_pos": "sapo_temperature_pos",
+    "sapo_temperature_neg": "sapo_temperature_neg",
+    "vespo_k_pos": "vespo_k_pos",
+    "vespo_lambda_pos": "vespo_lambda_pos",
+    "vespo_k_neg": "vespo_k_neg",
+    "vespo_lambda_neg": "vespo_lambda_neg",
+    "sync_ref_model": "sync_ref_model",
+    "ref_model_mixup_alpha": "ref_model_mixup_alpha",
+    "ref_model_sync_steps": "ref_model_sync_steps",
+    "top_entropy_quantile": "top_entropy_quantile",
+}
+
+#: Values of shared fields that TRL spells differently, and the values TRL has at all. labkit's
+#: ``sequence_sum`` (sum over a sequence's tokens, mean over sequences) is TRL's ``luspo``
+#: aggregation (arXiv 2602.05261); ``tests/test_trl_crosscheck.py`` checks they agree.
+TRL_VALUES = {
+    "loss_type": {"grpo": "grpo", "bnpo": "bnpo", "dr_grpo": "dr_grpo", "dapo": "dapo",
+                  "cispo": "cispo", "sapo": "sapo", "vespo": "vespo", "sequence_sum": "luspo"},
+    "importance_sampling_level": {"token": "token", "sequence": "sequence"},
+    "scale_rewards": {"group": "group", "batch": "batch", "none": "none"},
+    "lr_scheduler_type": {s: s for s in ("constant", "constant_with_warmup", "linear", "cosine")},
+}
+
+#: Lab fields that shape TRL's config by another road (see the module docstring).
+DERIVED_FIELDS = {
+    "prompts_per_step": "generation_batch_size = prompts_per_step x num_generations",
+    "num_mini_batches": "steps_per_generation / gradient_accumulation_steps",
+    "micro_batch_size": "per_device_train_batch_size (a cap; see trl_batch_sizes)",
+    "max_steps": "max_steps x num_iterations x num_mini_batches optimizer steps",
+    "warmup_ratio": "warmup_steps (a ratio below 1)",
+    "reward_weights": "reward_weights, plus overlong_penalty_factor for the overlong function",
+    "overlong_buffer_len": "trl.rewards.get_soft_overlong_punishment as an extra reward function",
+    "overlong_penalty_factor": "the weight of that extra reward function",
+    "dtype": "bf16 / fp16 mixed-precision flags (and the dtype train_with_trl loads in)",
+    "device": "use_cpu when the run is on the CPU",
+    "output_dir": "output_dir when none is given",
+    "save_every": "save_strategy='steps', save_steps in optimizer steps",
+    "progress": "disable_tqdm",
+    "model_name_or_path": "the model train_with_trl loads when given none",
+}
+
+#: Lab-only settings: ``field -> (value that TRL's GRPOTrainer also has, {value: why not})``.
+#: A config whose field holds another value is refused; the reasons name TRL's nearest tool.
+LAB_ONLY = {
+    "advantage_estimator": ("grpo", {
+        "gae": "PPO's critic and generalised advantage estimation: GRPOTrainer has no value "
+               "model, and TRL 1.x no longer ships a PPO trainer",
+        "rloo": "the leave-one-out baseline is TRL's RLOOTrainer (trl.RLOOConfig), another "
+                "trainer, not a GRPOConfig setting",
+        "remax": "ReMax's greedy-rollout baseline (arXiv 2310.10505) has no TRL equivalent",
+        "opo": "OPO's length-weighted baseline (arXiv 2505.23585) has no TRL equivalent",
+    }),
+    "num_remains_in_group": (None, (
+        "GFPO's filter (keep k of G completions per group, arXiv 2508.09726) is not in TRL's "
+        "GRPOTrainer")),
+    "dynamic_sampling": (False, (
+        "TRL's GRPOTrainer does not drop zero-variance groups and resample (DAPO, arXiv "
+        "2503.14476); their advantage is 0 there")),
+    "dual_clip": (None, (
+        "dual-clip PPO (arXiv 1912.09729) bounds the loss of negative advantages; TRL's "
+        "nearest is `delta`, which caps the ratio for both signs")),
+    "kl_in_reward": (False, (
+        "TRL adds the KL to the loss only (beta, k3); a KL penalty inside the reward has no "
+        "GRPOConfig setting")),
+    "kl_estimator": ("k3", "TRL's KL term is the k3 estimator; k1/k2 have no GRPOConfig setting"),
+    "temperature_schedule": ("constant", (
+        "TRL samples at one temperature for the whole run; the lab's decaying schedule (Kimi K2, "
+        "arXiv 2507.20534) has no GRPOConfig setting")),
+    "diversity_adjustment": (None, (
+        "DRA-GRPO's similarity-discounted rewards (arXiv 2505.09655) are not in TRL's "
+        "GRPOTrainer")),
+    "ref_reset_every": (0, (
+        "ProRL's reference resets (arXiv 2505.24864) are not in TRL; its nearest is "
+        "sync_ref_model (TR-DPO's soft update, also a lab field)")),
+    "ref_reset_patience": (0, (
+        "ProRL's reference resets (arXiv 2505.24864) are not in TRL; its nearest is "
+        "sync_ref_model (TR-DPO's soft update, also a lab field)")),
+    "cov_penalty": (None, (
+        "Clip-Cov / KL-Cov (arXiv 2505.22617) are not in TRL's GRPOTrainer")),
+    "rlplus_demonstrations": (False, (
+        "RL-PLUS's demonstration completions (arXiv 2508.00222) are not in TRL's GRPOTrainer")),
+    "gfpo_adaptive_k": (None, (
+        "adaptive-difficulty GFPO (arXiv 2508.09726, Algorithm 2) is not in TRL's GRPOTrainer")),
+    "length_reward": (None, (
+        "the lab's length shaping (labkit.length_control: Kimi, LASER, budget, DLER) uses group "
+        "statistics or per-prompt solve rates that TRL's reward functions do not see; TRL's "
+        "nearest is trl.rewards.get_soft_overlong_punishment (the lab's overlong_buffer_len)")),
+    "eval_every": (0, (
+        "the lab's pass@1 evaluation is not run under TRL: evaluate the returned model with "
+        "labkit.evaluate.evaluate")),
+    "resume_from": (None, (
+        "a lab checkpoint cannot resume a TRL run: TRL resumes its own with "
+        "trainer.train(resume_from_checkpoint=...)")),
+}
+
+#: Lab-only features a user may drop on purpose (``drop_unsupported``): the value they become.
+DROPPABLE = {"dynamic_sampling": False, "dual_clip": None, "eval_every": 0}
+
+#: Lab fields with no effect on what the bridge hands TRL, and why.
+NOT_CARRIED = {
+    "gamma": "GAE only (advantage_estimator='gae' is refused)",
+    "lam": "GAE only",
+    "vf_coef": "critic only",
+    "clip_range_value": "critic only",
+    "value_learning_rate": "critic only",
+    "max_resample_rounds": "dynamic sampling only (refused or dropped)",
+    "gfpo_metric": "GFPO only (refused)",
+    "length_reward_weight": "length_reward only (refused)",
+    "length_target": "length_reward only (refused)",
+    "length_target_easy": "length_reward only (refused)",
+    "temperature_final": "temperature_schedule only (refused)",
+    "clip_cov_ratio": "cov_penalty only (refused)",
+    "clip_cov_lb": "cov_penalty only (refused)",
+    "clip_cov_ub": "cov_penalty only (refused)",
+    "kl_cov_ratio": "cov_penalty only (refused)",
+    "kl_cov_coef": "cov_penalty only (refused)",
+    "exploration_gamma": "RL-PLUS only (refused)",
+    "entropy_threshold": "a metric's threshold (entropy_high_frac), not the algorithm",
+    "eval_temperature": "lab evaluation only",
+    "eval_k": "lab evaluation only",
+    "eval_max_prompts": "lab evaluation only",
+    "save_on_interrupt": "lab checkpointing; TRL saves on its save_strategy",
+    "max_nonfinite_steps": "the lab skips NaN/inf steps; TRL has no such guard",
+    "rollback_nonfinite_weights": "the lab's NaN/inf guard; TRL has none",
+}
+
+#: TRL knobs the lab does not have, pinned to the lab's behaviour so that TRL's defaults cannot
+#: change the algorithm. ``use_bias_correction_kl``: TRL defaults to True (DeepSeek-V3.2's
+#: ratio-weighted KL, arXiv 2512.02556); the lab's KL term is the plain k3 of GRPO
+#: (arXiv 2402.03300). A ``TrainConfig`` that has one of these fields overrides the pin.
+TRL_PINNED = {
+    "use_bias_correction_kl": False,
+    "multi_objective_aggregation": "sum_then_normalize",
+    "top_entropy_quantile": 1.0,
+    "off_policy_mask_threshold": None,
+    "use_adaptive_entropy": False,
+    "sync_ref_model": False,
+    "min_p": None,
+    "repetition_penalty": 1.0,
+    "cast_lm_head_to_fp32": False,
+    "use_vllm": False,
+}
+
+#: TRL log key -> lab column (:data:`labkit.metrics.METRICS`). Per-function rewards
+#: ``rewards/<fn>/mean`` become ``reward_<fn without _reward>``; TRL's ``policy_loss`` (logged
+#: with an entropy bonus) wins over its ``loss``; see :func:`history_from_logs`.
+TRL_METRICS = {
+    "reward": "reward",
+    "reward_std": "reward_std",
+    "rewards/accuracy_reward/mean": "accuracy",
+    "completions/mean_length": "completion_length",
+    "completions/max_length": "completion_length_max",
+    "completions/clipped_ratio": "truncation_rate",
+    "frac_reward_zero_std": "frac_reward_zero_std",
+    "loss": "loss",
+    "policy_loss": "loss",
+    "clip_ratio/low_mean": "clip_low",
+    "clip_ratio/high_mean": "clip_high",
+    "clip_ratio/region_mean": "clip_region",
+    "cispo_clip_ratio": "clip_high",
+    "kl": "kl_ref",
+    "entropy": "entropy",
+    "grad_norm": "grad_norm",
+    "learning_rate": "learning_rate",
+    "step_time": "step_time",
+}
+_REWARD_KEY = re.compile(r"^rewards/(?P<name>.+)/mean$")
+_OVERLONG_NAME = "soft_overlong_punishment_reward"
+
+#: TRL fields the bridge derives from the TrainConfig; ``overrides`` may not set them (set the
+#: TrainConfig field instead), so the two sides cannot disagree by accident.
+_PROTECTED = {*SHARED_FIELDS.values(), *TRL_PINNED, "per_device_train_batch_size",
+              "gradient_accumulation_steps", "steps_per_generation", "generation_batch_size",
+              "max_steps", "warmup_steps", "warmup_ratio", "reward_weights",
+              "activation_checkpointing"} - {"use_vllm"}
+
+
+# ---- checks --------------------------------------------------------------------------------------
+def _fields(config: TrainConfig) -> dict:
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+
+
+def _defaults() -> dict:
+    out = {}
+    for f in dataclasses.fields(TrainConfig):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
+def check_supported(config: TrainConfig, drop_unsupported=()) -> dict[str, str]:
+    """Raise ``ValueError`` for the first setting TRL's GRPOTrainer cannot express.
+
+    ``drop_unsupported`` names lab features (:data:`DROPPABLE`) the caller accepts to lose.
+    Returns ``{field: what was dropped and why}`` for those that were actually set.
+    """
+    values = _fields(config)
+    drop = set(drop_unsupported)
+    unknown = drop - set(DROPPABLE)
+    if unknown:
+        raise ValueError(f"drop_unsupported may name {sorted(DROPPABLE)}, got {sorted(unknown)}: "
+                         f"the others define the algorithm and cannot be dropped")
+    dropped = {}
+    for name, (neutral, reasons) in LAB_ONLY.items():
+        if name not in values:
+            continue
+        value = values[name]
+        if name == "kl_estimator" and not values.get("beta"):
+            continue  # no KL term at all
+        if value == neutral:
+            continue
+        why = reasons.get(value, "") if isinstance(reasons, dict) else reasons
+        if name in drop:
+            dropped[name] = f"{name}={value!r} dropped (now {DROPPABLE[name]!r}): {why}"
+            continue
+        hint = (f"; pass drop_unsupported=({name!r},) to run without it"
+                if name in DROPPABLE else "")
+        raise ValueError(f"{name}={value!r} cannot be expressed with TRL's GRPOTrainer: {why}"
+                         f"{hint}")
+    for name, allowed in TRL_VALUES.items():
+        if name in values and values[name] not in allowed:
+            raise ValueError(f"{name}={values[name]!r} has no TRL equivalent: TRL's GRPOTrainer "
+                             f"takes {', '.join(map(repr, allowed))} (lab names)")
+    if (values.get("multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize"
+            and values.get("overlong_buffer_len")):
+        raise ValueError("overlong_buffer_len with multi_objective_aggregation="
+                         f"{values['multi_objective_aggregation']!r}: the lab adds the overlong "
+                         "penalty after the aggregation, TRL would normalise it as a reward "
+                         "function of its own; use sum_then_normalize or overlong_buffer_len=0")
+    known = {*SHARED_FIELDS, *DERIVED_FIELDS, *LAB_ONLY, *NOT_CARRIED}
+    defaults = _defaults()
+    for name, value in values.items():
+        if name not in known and value != defaults.get(name, object()):
+            raise ValueError(f"{name}={value!r} is not known to the TRL bridge, so TRL would "
+                             f"ignore it: classify it in labkit.trl_bridge, or leave it at its "
+                             f"default ({defaults.get(name)!r})")
+    for name, message in dropped.items():
+        warnings.warn(f"TRL run differs from the lab config: {message}", stacklevel=3)
+    return dropped
+
+
+def trl_batch_sizes(config: TrainConfig, num_processes: int = 1) -> dict[str, int]:
+    """TRL's batch sizes and step count for ``config`` on ``num_processes`` processes.
+
+    Returns ``per_device_train_batch_size``, ``gradient_accumulation_steps``,
+    ``steps_per_generation``, ``generation_batch_size`` (completions per generation, all
+    processes) and ``max_steps`` (optimizer steps). Raises ``ValueError`` when the generation
+    batch does not split into equal mini-batches, or a mini-batch over the processes.
+    """
+    if not isinstance(num_processes, int) or num_processes < 1:
+        raise ValueError(f"num_processes must be an integer >= 1, got {num_processes!r}")
+    generation = config.prompts_per_step * config.num_generations
+    mini_batches = config.num_mini_batches
+    if generation % mini_batches:
+        raise ValueError(
+            f"num_mini_batches={mini_batches} does not divide the generation batch "
+            f"(prompts_per_step x num_generations = {config.prompts_per_step} x "
+            f"{config.num_generations} = {generation} completions): TRL's optimizer steps all "
+            f"take the same number of completions, so choose a divisor of {generation}")
+    mini = generation // mini_batches
+    if mini % num_processes:
+        raise ValueError(
+            f"a mini-batch of {mini} completions (prompts_per_step x num_generations / "
+            f"num_mini_batches) does not split evenly over {num_processes} processes: change "
+            f"prompts_per_step, num_mini_batches or the number of processes")
+    local = mini // num_processes
+    cap = min(config.micro_batch_size or local, local)
+    micro = max(d for d in range(1, cap + 1) if local % d == 0)
+    if config.loss_type == "bnpo" and config.micro_batch_size is not None and micro != cap:
+        raise ValueError(
+            f"micro_batch_size={config.micro_batch_size} does not divide the per-process "
+            f"mini-batch ({local} completions), and loss_type='bnpo' normalises per micro-batch, "
+            f"so TRL's micro-batches of {micro} would change the loss: use a divisor of {local}")
+    accumulation = local // micro
+    return {
+        "per_device_train_batch_size": micro,
+        "gradient_accumulation_steps": accumulation,
+        "steps_per_generation": accumulation * mini_batches,
+        "generation_batch_size": generation,
+        "max_steps": config.max_steps * config.num_iterations * mini_batches,
+    }
+
+
+def _on_cpu(device: str) -> bool:
+    if device == "cpu":
+        return True
+    if device != "auto":
+        return False
+    mps = getattr(torch.backends, "mps", None)
+    return not torch.cuda.is_available() and not (mps is not None and mps.is_available())
+
+
+def _precision(config: TrainConfig) -> dict:
+    """``use_cpu``/``bf16``/``fp16`` for the config's device and dtype."""
+    cpu = _on_cpu(config.device)
+    dtype = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(config.dtype,
+                                                                             config.dtype)
+    if dtype == "float16":
+        raise ValueError("dtype='float16' cannot be handed to TRL as the lab's setting: the lab "
+                         "does not train in float16 (no loss scaler), and TRL's fp16=True is "
+                         "mixed precision with one; use dtype='bfloat16', or dtype='float32' "
+                         "with the override fp16=True if that is what you want")
+    if dtype == "auto":
+        bf16 = (not cpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    else:
+        bf16 = dtype == "bfloat16"
+    return {"use_cpu": cpu, "bf16": bf16, "fp16": False}
+
+
+# ---- the conversion ------------------------------------------------------------------------------
+def trl_reward_funcs(config: TrainConfig, reward_funcs=None) -> list:
+    """The reward functions TRL gets: ``reward_funcs`` (default: the lab's accuracy and format
+    rewards) and, when ``config.overlong_buffer_len > 0``, DAPO's soft overlong punishment as
+    ``trl.rewards.get_soft_overlong_punishment`` (its weight comes from :func:`to_grpo_config`)."""
+    from labkit.rewards import accuracy_reward, format_reward
+
+    funcs = [accuracy_reward, format_reward] if reward_funcs is None else list(reward_funcs)
+    if config.reward_weights is not None and len(config.reward_weights) != len(funcs):
+        raise ValueError(f"reward_weights has {len(config.reward_weights)} weights for "
+                         f"{len(funcs)} reward functions: give one weight per function")
+    if config.overlong_buffer_len:
+        from trl.rewards import get_soft_overlong_punishment
+
+        funcs.append(get_soft_overlong_punishment(config.max_completion_length,
+                                                  config.overlong_buffer_len))
+    return funcs
+
+
+def _reward_weights(config: TrainConfig, num_reward_funcs: int | None):
+    weights = config.reward_weights
+    if not config.overlong_buffer_len:
+        return None if weights is None else list(weights)
+    if weights is None:
+        weights = [1.0] * (2 if num_reward_funcs is None else num_reward_funcs)
+    elif num_reward_funcs is not None and num_reward_funcs != len(weights):
+        raise ValueError(f"reward_weights has {len(weights)} weights for {num_reward_funcs} "
+                         f"reward functions: give one weight per function")
+    return [*weights, config.overlong_penalty_factor]
+
+
+def to_grpo_config(config: TrainConfig, *, output_dir, num_processes: int = 1,
+                   num_reward_funcs: int | None = None, drop_unsupported=(), **overrides):
+    """A ``trl.GRPOConfig`` that runs ``config``'s algorithm on ``num_processes`` processes.
+
+    ``num_reward_funcs``: how many reward functions the run has before DAPO's overlong
+    punishment, which :func:`trl_reward_funcs` appends and whose weight
+    (``overlong_penalty_factor``) this appends to ``reward_weights``; default
+    ``len(config.reward_weights)`` or 2 (the lab's accuracy and format rewards).
+    ``drop_unsupported``: see :func:`check_supported`. ``overrides``: any other ``GRPOConfig``
+    argument (``report_to``, ``logging_steps``, ``use_vllm``, ``bf16`` ...); one the bridge derives
+    from the TrainConfig is refused, so the two sides cannot silently disagree.
+
+    Raises ``ValueError`` for a setting TRL cannot express (naming the field) and for batch
+    sizes that do not divide (see :func:`trl_batch_sizes`).
+    """
+    from trl import GRPOConfig
+
+    check_supported(config, drop_unsupported)
+    clash = sorted(set(overrides) & _PROTECTED)
+    if clash:
+        raise ValueError(f"{', '.join(clash)} follow(s) from the TrainConfig; set the lab field "
+                         f"(see labkit.trl_bridge.SHARED_FIELDS) instead of overriding TRL's")
+    trl_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    values = _fields(config)
+    defaults = _defaults()
+    kwargs = {name: value for name, value in TRL_PINNED.items() if name in trl_fields}
+    for lab, trl in SHARED_FIELDS.items():
+        if lab not in values:
+            continue
+        value = TRL_VALUES.get(lab, {}).get(values[lab], values[lab])
+        if trl not in trl_fields:
+            if values[lab] != defaults.get(lab):
+                raise ValueError(f"{lab}={values[lab]!r} needs GRPOConfig.{trl}, which this TRL "
+                                 f"version lacks: upgrade trl")
+            continue
+        kwargs[trl] = list(value) if isinstance(value, tuple) else value
+    if "activation_checkpointing" in trl_fields:  # newer transformers: the new name, no warning
+        kwargs["activation_checkpointing"] = kwargs["gradient_checkpointing"]
+    sizes = trl_batch_sizes(config, num_processes)
+    if values.get("top_entropy_quantile", 1.0) < 1 and (
+            sizes["steps_per_generation"] > 1 or config.num_iterations > 1):
+        raise ValueError(
+            f"top_entropy_quantile={values['top_entropy_quantile']!r} with several optimizer "
+            f"steps or micro-batches per generation: TRL computes the entropy threshold per "
+            f"micro-batch from the training forward, the lab over the whole generation batch "
+            f"from sampling; they agree only when one micro-batch (all processes together) is "
+            f"the whole generation batch and num_iterations=1")
+    kwargs.update({k: v for k, v in sizes.items() if k != "generation_batch_size"})
+    if "warmup_ratio" in trl_fields:
+        kwargs["warmup_ratio"] = config.warmup_ratio
+    else:
+        kwargs["warmup_steps"] = config.warmup_ratio
+    kwargs["reward_weights"] = _reward_weights(config, num_reward_funcs)
+    kwargs.update(_precision(config))
+    steps_per_lab_step = config.num_iterations * config.num_mini_batches
+    if config.save_every:
+        kwargs.update(save_strategy="steps", save_steps=config.save_every * steps_per_lab_step)
+    else:
+        kwargs["save_strategy"] = "no"
+    kwargs.update(output_dir=str(output_dir), logging_steps=1, report_to=[],
+                  disable_tqdm=not config.progress, ddp_find_unused_parameters=False)
+    kwargs.update(overrides)
+    return GRPOConfig(**kwargs)
+
+
+@dataclass
+class TRLRun:
+    """What :func:`to_trl` hands TRL's ``GRPOTrainer``."""
+
+    args: object
+    """the ``trl.GRPOConfig``"""
+    reward_funcs: list
+    """the lab's reward functions, plus DAPO's overlong punishment when it is on"""
+    dropped: dict = field(default_factory=dict)
+    """lab features dropped on request: ``{field: what and why}``"""
+
+
+def to_trl(config: TrainConfig, reward_funcs=None, *, output_dir, num_processes: int = 1,
+           drop_unsupported=(), **overrides) -> TRLRun:
+    """The GRPOConfig and reward functions of ``config``, consistent with each other (the
+    overlong function and its weight come together). Arguments as :func:`to_grpo_config`."""
+    dropped = check_supported(config, drop_unsupported)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the drops were warned about once, just above
+        funcs = trl_reward_funcs(config, reward_funcs)
+        count = len(funcs) - (1 if config.overlong_buffer_len else 0)
+        args = to_grpo_config(config, output_dir=output_dir, num_processes=num_processes,
+                              num_reward_funcs=count, drop_unsupported=drop_unsupported,
+                              **overrides)
+    return TRLRun(args=args, reward_funcs=funcs, dropped=dropped)
+
+
+# ---- the log -------------------------------------------------------------------------------------
+def _reward_column(name: str) -> str:
+    if name == _OVERLONG_NAME:
+        return "reward_overlong"
+    return "reward_" + name.removesuffix("_reward")
+
+
+def history_from_logs(log_history, steps_per_lab_step: int = 1) -> pd.DataFrame:
+    """TRL's ``trainer.state.log_history`` as the lab's history frame, one row per optimizer step.
+
+    Columns: ``step`` (the lab's step, one per generation batch), ``optimizer_step`` (TRL's
+    ``global_step``) and the lab names of TRL's metrics (:data:`TRL_METRICS`; per-function means
+    become ``reward_<name>``, DAPO's punishment ``reward_overlong``). TRL logs a generation's
+    metrics (rewards, lengths) on the first optimizer step after it; the other optimizer steps of
+    the same lab step have NaN there. ``history.groupby("step").mean()`` gives the lab's one row
+    per generation batch. The run's summary entry (``train_runtime`` ...) is left out.
+
+    ``loss`` is the lab's policy surrogate where TRL logs it apart (``policy_loss``, when an
+    entropy bonus is on); otherwise TRL's training loss, which with ``beta > 0`` also holds the
+    KL term that the lab logs separately (``kl_ref``).
+    """
+    rows = []
+    for entry in log_history:
+        if "train_runtime" in entry or "step" not in entry or any(
+                k.startswith("eval_") for k in entry):
+            continue
+        global_step = int(entry["step"])
+        row = {"step": math.ceil(global_step / steps_per_lab_step), "optimizer_step": global_step}
+        for key, value in entry.items():
+            if key in TRL_METRICS:
+                row[TRL_METRICS[key]] = value
+            match = _REWARD_KEY.match(key)
+            if match:
+                row[_reward_column(match["name"])] = value
+        if "policy_loss" in entry:  # the surrogate alone, as the lab logs it (entropy bonus on)
+            row["loss"] = entry["policy_loss"]
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    return frame.astype({c: float for c in frame.columns if c not in ("step", "optimizer_step")})
+
+
+class _HistoryCallback:
+    """Keeps every train log TRL emits (``on_log``), on every process."""
+
+    def __init__(self):
+        from transformers import TrainerCallback
+
+        outer = self
+
+        class Callback(TrainerCallback):
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                if logs:
+                    outer.logs.append({"step": state.global_step, **logs})
+
+        self.logs: list[dict] = []
+        self.callback = Callback()
+
+
+# ---- training ------------------------------------------------------------------------------------
+@dataclass
+class TRLResult:
+    """What :func:`train_with_trl` returns."""
+
+    trainer: object
+    """the ``trl.GRPOTrainer`` after training (``trainer.model`` is the trained policy)"""
+    history: pd.DataFrame
+    """one row per optimizer step in the lab's column names, see :func:`history_from_logs`"""
+    args: object
+    """the ``trl.GRPOConfig`` the bridge built"""
+    dropped: dict = field(default_factory=dict)
+    """lab features dropped on request"""
+
+    def __iter__(self):
+        """``trainer, history = train_with_trl(...)`` also works."""
+        return iter((self.trainer, self.history))
+
+
+def num_processes_from_env() -> int:
+    """Processes of the current launch (``WORLD_SIZE`` from torchrun/accelerate, or MPI's)."""
+    for name in ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
+        if os.environ.get(name):
+            return int(os.environ[name])
+    return 1
+
+
+def train_with_trl(config: TrainConfig, *, model=None, tokenizer=None, train_dataset=None,
+                   reward_funcs=None, output_dir=None, callbacks=(), num_processes=None,
+                   drop_unsupported=(), trainer_class=None, **grpo_overrides) -> TRLResult:
+    """Train ``config``'s algorithm with TRL's ``GRPOTrainer``; returns a :class:`TRLResult`.
+
+    Defaults as the lab's :class:`~labkit.trainer.Trainer`: the model of
+    ``config.model_name_or_path`` (the shipped tiny Qwen: loaded offline on the CPU in float32
+    when the run is on the CPU), the task suite's train split, ``[accuracy_reward,
+    format_reward]``. ``output_dir`` defaults to ``config.output_dir``, else a temporary folder
+    (TRL needs one; nothing is saved unless ``save_every``). ``num_processes`` defaults to the
+    launch's (:func:`num_processes_from_env`). ``callbacks`` are ``transformers.TrainerCallback``
+    objects; ``trainer_class`` a ``GRPOTrainer`` subclass; ``grpo_overrides`` go to
+    :func:`to_grpo_config`.
+    """
+    from trl import GRPOTrainer
+
+    from labkit.models import load_policy
+    from labkit.tasks import load_split
+
+    num_processes = num_processes_from_env() if num_processes is None else num_processes
+    temporary = None
+    if output_dir is None and config.output_dir is None:
+        temporary = tempfile.TemporaryDirectory(prefix="labkit-trl-")
+        output_dir = temporary.name
+    output_dir = output_dir or config.output_dir
+    run = to_trl(config, reward_funcs, output_dir=output_dir, num_processes=num_processes,
+                 drop_unsupported=drop_unsupported, **grpo_overrides)
+    if run.args.world_size != num_processes:
+        raise ValueError(f"the config was built for {num_processes} process(es) but this launch "
+                         f"has {run.args.world_size}: pass num_processes={run.args.world_size}")
+    if model is None:
+        dtype = config.dtype
+        if dtype == "auto":  # the lab's choice: bfloat16 weights where TRL gets bf16, else fp32
+            dtype = "bfloat16" if run.args.bf16 else "float32"
+        model, loaded_tokenizer = load_policy(config.model_name_or_path, device="cpu",
+                                              dtype=dtype)
+        tokenizer = tokenizer or loaded_tokenizer
+    if tokenizer is None:
+        raise ValueError("a model without its tokenizer: pass tokenizer= as well")
+    if train_dataset is None:
+        train_dataset = load_split("train")
+    history = _HistoryCallback()
+    trainer_class = trainer_class or GRPOTrainer
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*loss_type.*")
+        trainer = trainer_class(model=model, reward_funcs=run.reward_funcs, args=run.args,
+                                train_dataset=train_dataset, processing_class=tokenizer,
+                                callbacks=[history.callback, *callbacks])
+    if not config.progress:  # as quiet as the lab's trainer: no per-step log dicts on stdout
+        from transformers.trainer_callback import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)
+    start = time.perf_counter()
+    try:
+        trainer.train()
+    finally:
+        if temporary is not None:
+            temporary.cleanup()
+    frame = history_from_logs(history.logs, config.num_iterations * config.num_mini_batches)
+    frame.attrs["train_seconds"] = time.perf_counter() - start
+    return TRLResult(trainer=trainer, history=frame, args=run.args, dropped=run.dropped)
+
+
+__all__ = ["DERIVED_FIELDS", "DROPPABLE", "LAB_ONLY", "NOT_CARRIED", "SHARED_FIELDS", "TRL_METRICS",
+           "TRL_PINNED", "TRL_VALUES", "TRLResult", "TRLRun", "check_supported",
+           "history_from_logs", "num_processes_from_env", "to_grpo_config", "to_trl",
+           "train_with_trl", "trl_batch_sizes", "trl_reward_funcs"]

@@ -3,9 +3,14 @@
 A laptop CPU can afford a short live run in a notebook, not hundreds of steps of several variants.
 So each comparison a notebook draws is described by a small JSON spec under ``data/runs/``::
 
-    {"preset": "dapo", "overrides": {"max_steps": 200, "seed": 0}, "about": "DAPO, all four ideas"}
+    {"preset": "dapo", "overrides": {"max_steps": 200}, "seeds": [0, 1, 2],
+     "data": {"families": ["add", "sub"], "difficulties": [2, 3]},
+     "about": "DAPO, all four ideas, on the medium cells"}
 
-and this command trains it and writes the history next to the spec, as ``<spec>.csv``::
+``seeds`` (default ``[overrides.seed or 0]``) trains one run per seed, so a plot can show the
+spread between seeds as a band; ``data`` selects task-suite cells for both the train and the eval
+split (default: the whole suite). This command trains it and writes the history next to the spec,
+as ``<spec>.csv`` (one ``seed`` column, the runs one after the other)::
 
     python -m labkit.reference_runs data/runs/04_dapo/dapo.json [more specs...]
 
@@ -26,6 +31,7 @@ import pandas as pd
 import torch
 
 from labkit.config import preset
+from labkit.tasks import load_split
 from labkit.trainer import train
 
 
@@ -34,10 +40,17 @@ def load_spec(path: str | Path) -> dict:
     spec = json.loads(Path(path).read_text())
     if "preset" not in spec:
         raise ValueError(f"{path}: a run spec needs a 'preset' key (e.g. \"grpo\")")
-    refused = sorted({"resume_from", "output_dir"} & set(spec.get("overrides", {})))
+    refused = sorted({"resume_from", "output_dir", "seed"} & set(spec.get("overrides", {})))
     if refused:
-        raise ValueError(f"{path}: a reference run starts from the shipped model and writes only "
-                         f"its log; the overrides may not set {', '.join(refused)}")
+        raise ValueError(f"{path}: a reference run starts from the shipped model, writes only "
+                         f"its log and takes its seeds from the spec's 'seeds' list; the "
+                         f"overrides may not set {', '.join(refused)}")
+    unknown = set(spec) - {"preset", "overrides", "seeds", "data", "about"}
+    if unknown:
+        raise ValueError(f"{path}: unknown spec keys {sorted(unknown)}")
+    seeds = spec.setdefault("seeds", [0])
+    if not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
+        raise ValueError(f"{path}: 'seeds' must be a non-empty list of integers >= 0")
     return spec
 
 
@@ -59,20 +72,30 @@ def run_history(result) -> pd.DataFrame:
 
 
 def run_spec(path: str | Path, *, threads: int | None = None) -> Path:
-    """Train the run a spec describes and write ``<spec>.csv``; returns the CSV's path."""
+    """Train the runs a spec describes (one per seed) and write ``<spec>.csv``; returns its path."""
     path = Path(path)
     spec = load_spec(path)
     if threads:
         torch.set_num_threads(threads)
-    config = preset(spec["preset"], **{"progress": False, **spec.get("overrides", {})})
+    cells = spec.get("data", {})
+    train_data = load_split("train", **cells) if cells else None
+    eval_data = load_split("eval", **cells) if cells else None
+    histories = []
     start = time.perf_counter()
-    result = train(config)
+    for seed in spec["seeds"]:
+        config = preset(spec["preset"], **{"progress": False, **spec.get("overrides", {}),
+                                           "seed": seed})
+        result = train(config, train_dataset=train_data, eval_dataset=eval_data)
+        history = run_history(result)
+        history.insert(0, "seed", seed)
+        histories.append(history)
     minutes = (time.perf_counter() - start) / 60
     out = path.with_suffix(".csv")
     with out.open("w") as f:
         f.write(f"# command: python -m labkit.reference_runs {path.as_posix()}\n")
-        run_history(result).to_csv(f, index=False, float_format="%.6g")
-    print(f"{path}: {len(result.history)} steps in {minutes:.1f} min -> {out}")
+        pd.concat(histories, ignore_index=True).to_csv(f, index=False, float_format="%.6g")
+    print(f"{path}: {len(spec['seeds'])} seed(s) x {len(histories[0]) - 1} steps in "
+          f"{minutes:.1f} min -> {out}")
     return out
 
 

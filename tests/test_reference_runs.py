@@ -34,10 +34,22 @@ def test_run_spec_writes_a_log_that_load_run_reads_back(tmp_path):
     spec = tmp_path / "tiny_grpo.json"
     spec.write_text(json.dumps({"preset": "grpo", "overrides": {
         "max_steps": 2, "eval_every": 2, "eval_max_prompts": 4, "eval_k": 1,
-        "prompts_per_step": 2, "num_generations": 2, "max_completion_length": 16, "seed": 0}}))
+        "prompts_per_step": 2, "num_generations": 2, "max_completion_length": 16},
+        "seeds": [0, 1], "data": {"families": ["sub"], "difficulties": [3]}}))
     out = run_spec(spec, threads=1)
     df = load_run(out)
     assert df.attrs["command"] == f"python -m labkit.reference_runs {spec.as_posix()}"
-    assert list(df["step"]) == [0, 1, 2]
-    assert df["eval_accuracy"].notna().tolist() == [True, False, True]
+    assert list(df["seed"]) == [0, 0, 0, 1, 1, 1] and list(df["step"]) == [0, 1, 2] * 2
+    assert df["eval_accuracy"].notna().tolist() == [True, False, True] * 2
     assert not [c for c in df if c.endswith(("_x", "_y"))]
+    first, second = (df[df["seed"] == seed].reset_index(drop=True) for seed in (0, 1))
+    columns = ["completion_length", "reward", "entropy", "grad_norm"]
+    assert not first[columns].equals(second[columns])  # the seeds differ
+
+
+def test_a_spec_cannot_resume_or_set_its_seed_in_the_overrides(tmp_path):
+    spec = tmp_path / "bad.json"
+    for key in ("seed", "resume_from", "output_dir"):
+        spec.write_text(json.dumps({"preset": "grpo", "overrides": {key: 0}}))
+        with pytest.raises(ValueError, match=key):
+            load_spec(spec)

@@ -5,7 +5,7 @@ The steps, all deterministic from ``--seed`` on a CPU:
 1. build the character tokenizer (:func:`labkit.models.build_char_tokenizer`), a ``transformers``
    fast tokenizer with Qwen's chat template;
 2. create a Qwen3 model from :func:`labkit.models.tiny_qwen_config` with fresh weights;
-3. warm-start it by supervised fine-tuning on solutions from the task suite
+3. warm-start it by supervised fine-tuning (:mod:`labkit.sft`) on solutions from the task suite
    (:func:`labkit.tasks.sft_examples`), a mix of direct answers, worked solutions and verbose ones,
    with the loss on the completion tokens only;
 4. save model, tokenizer and ``build_info.json`` (settings, loss curve summary, timing) with
@@ -27,101 +27,38 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import platform
-import random
 import time
 from pathlib import Path
 
 import torch
 
 from labkit.models import TINY_MODEL_DIR, build_char_tokenizer, count_parameters, tiny_qwen_config
-from labkit.rollout import prompt_text
+from labkit.sft import encode_sft, fit, length_bucketed_batches, sft_optimizer
+
+__all__ = ["STYLE_WEIGHTS", "build", "encode_sft", "length_bucketed_batches", "main",
+           "save_tokenizer", "warm_start"]
 
 #: Mix of solution styles in the warm-start data (see labkit.tasks.solution_text).
 STYLE_WEIGHTS = {"direct": 0.45, "worked": 0.4, "verbose": 0.15}
 
 
-def encode_sft(tokenizer, examples, max_len: int):
-    """Tokenize SFT examples into padded tensors with a completion-only loss mask.
-
-    Returns ``input_ids`` (N, T), ``attention_mask`` (N, T) and ``labels`` (N, T) where labels are
-    -100 on prompt and padding tokens. Padding is on the right (training does not need left pad).
-    """
-    rows, label_rows = [], []
-    for ex in examples:
-        prompt = tokenizer(prompt_text(tokenizer, [{"role": "user", "content": ex["prompt"]}]),
-                           add_special_tokens=False)["input_ids"]
-        completion = tokenizer(ex["completion"] + tokenizer.eos_token,
-                               add_special_tokens=False)["input_ids"]
-        ids = (prompt + completion)[:max_len]
-        labels = ([-100] * len(prompt) + completion)[:max_len]
-        rows.append(ids)
-        label_rows.append(labels)
-    width = max(len(r) for r in rows)
-    pad = tokenizer.pad_token_id
-    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    labels = torch.full((len(rows), width), -100, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (r, lab) in enumerate(zip(rows, label_rows)):
-        input_ids[i, : len(r)] = torch.tensor(r)
-        labels[i, : len(lab)] = torch.tensor(lab)
-        mask[i, : len(r)] = 1
-    return input_ids, mask, labels
-
-
-def length_bucketed_batches(tokenizer, examples, batch_size: int, seed: int, window: int = 32):
-    """Shuffle, then batch examples of similar length together (within windows of ``window``
-    batches) and shuffle the batches: the same data, about half the padding compute."""
-    rng = random.Random(seed)
-    examples = list(examples)
-    rng.shuffle(examples)
-    size = batch_size * window
-    batches = []
-    for start in range(0, len(examples), size):
-        chunk = sorted(examples[start:start + size],
-                       key=lambda ex: len(ex["prompt"]) + len(ex["completion"]))
-        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
-    rng.shuffle(batches)
-    return batches
-
-
 def warm_start(model, tokenizer, *, steps: int, batch_size: int, lr: float, seed: int,
                max_len: int = 256, log_every: int = 50, style_weights=None):
-    """Supervised fine-tuning on freshly drawn task solutions; returns a list of (step, loss)."""
+    """Supervised fine-tuning on freshly drawn task solutions; returns a list of (step, loss).
+
+    The data are ``steps * batch_size`` examples of :func:`labkit.tasks.sft_examples`, batched by
+    length (:func:`labkit.sft.length_bucketed_batches`); the optimizer is AdamW with a 5% linear
+    warm-up and a cosine decay to 10% (:func:`labkit.sft.sft_optimizer`).
+    """
     from labkit.tasks import sft_examples
 
     style_weights = style_weights or STYLE_WEIGHTS
     examples = sft_examples(steps * batch_size, seed=seed, style_weights=style_weights)
     batches = length_bucketed_batches(tokenizer, examples, batch_size, seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
-    warmup = max(1, steps // 20)
-
-    def lr_at(step):  # linear warm-up, cosine decay to 10%
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = (step - warmup) / max(1, steps - warmup)
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
-
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
-    model.train()
-    curve, running = [], 0.0
-    for step in range(steps):
-        ids, mask, labels = encode_sft(tokenizer, batches[step], max_len)
-        out = model(input_ids=ids, attention_mask=mask, labels=labels)
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        running += out.loss.item()
-        if (step + 1) % log_every == 0 or step + 1 == steps:
-            n = (step % log_every) + 1
-            curve.append((step + 1, running / n))
-            print(f"step {step + 1:5d}  loss {running / n:.4f}", flush=True)
-            running = 0.0
-    model.eval()
-    return curve
+    optimizer, scheduler = sft_optimizer(model, lr=lr, steps=steps)
+    return fit(model, tokenizer, batches[:steps], optimizer, scheduler, max_len=max_len,
+               log_every=log_every)
 
 
 def build(out: Path, *, steps: int, batch_size: int, lr: float, seed: int, threads: int | None):

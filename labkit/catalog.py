@@ -229,6 +229,7 @@ _NB = {
     "gspo": "notebooks/05_gspo.ipynb",
     "gfpo": "notebooks/06_gfpo_length.ipynb",
     "exploration": "notebooks/07_exploration.ipynb",
+    "rewards": "notebooks/08_rewards_data.ipynb",
 }
 
 _A, _F, _L, _S = "labkit.advantages.", "labkit.filters.", "labkit.losses.", "labkit.shaping."
@@ -241,6 +242,7 @@ _TA, _TF, _TL, _TK = (
 _TRL = "tests/test_trl_crosscheck.py::"
 _TS = "tests/test_switches.py::"
 _E, _TE = "labkit.exploration.", "tests/test_exploration.py::"
+_PS, _TPS = "labkit.prompt_sampling.", "tests/test_prompt_sampling.py::"
 _LC, _TLC = "labkit.length_control.", "tests/test_length_control.py::"
 
 
@@ -554,7 +556,15 @@ CATALOG: tuple[Method, ...] = (
         _K15,
         id="curriculum-difficulty",
         changes="data",
-        note="Kimi k1.5 prioritized sampling p ~ 1 - success rate; SEC (2505.14970) as a bandit.",
+        functions=(_PS + "CurriculumSampler", _PS + "PrioritizedSampler"),
+        config={"prompt_sampler": "curriculum", "curriculum_ratio": 0.5},
+        notebook=_NB["rewards"],
+        tests=(_TPS + "test_curriculum_allows_harder_prompts_over_time",
+               _TPS + "test_prioritized_sampling_follows_one_minus_solve_rate",
+               _TPS + "test_the_trainer_feeds_solve_rates_back"),
+        note="Two forms from Kimi k1.5 (section 2.3.4): a fixed easy-to-hard schedule on the "
+        "difficulty column, and prioritized sampling p ~ 1 - solve rate (the adaptive one; "
+        "prompt_sampler='prioritized'). SEC (2505.14970) is the bandit form, not implemented.",
     ),
     _m(
         _GFPO,
@@ -657,7 +667,18 @@ CATALOG: tuple[Method, ...] = (
     ),
     _m(_TTRL, id="ttrl-majority-vote", changes="reward"),
     _m(_GENRM, id="generative-judge", changes="reward"),
-    _m(_MTGRPO, id="multitask-weights", changes="data"),
+    _m(
+        _MTGRPO,
+        id="multitask-weights",
+        changes="data",
+        functions=(_PS + "MultiTaskSampler", _PS + "iwu_step"),
+        config={"prompt_sampler": "multitask"},
+        notebook=_NB["rewards"],
+        tests=(_TPS + "test_iwu_step_paper_checks",
+               _TPS + "test_multitask_weights_move_toward_the_worst_family"),
+        note="IWU logits by plain gradient steps (the paper: AdamW); no ratio-preserving "
+        "resampler.",
+    ),
     _m(
         _K2,
         id="kimi-ptx-loss",

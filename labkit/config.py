@@ -46,6 +46,7 @@ from labkit.losses import (
     LOSS_TYPES,
 )
 from labkit.models import DTYPES
+from labkit.prompt_sampling import PROMPT_SAMPLERS
 
 #: Estimators that compare the completions of one prompt (they need num_generations >= 2).
 GROUP_ESTIMATORS = ("grpo", "rloo", "opo")
@@ -79,6 +80,19 @@ class TrainConfig:
     """recompute activations in backward: less memory, about a third more compute"""
     seed: int = 0
     """seeds python, torch, the prompt order and the sampling generator: same seed, same CPU run"""
+
+    # ---- which prompts ----------------------------------------------------------------------------
+    prompt_sampler: str = "uniform"
+    """uniform (shuffled passes), curriculum (easy to hard by the difficulty column, Kimi k1.5),
+    prioritized (p ~ 1 - solve rate, Kimi k1.5) or multitask (MT-GRPO family weights)"""
+    curriculum_ratio: float = 0.5
+    """curriculum: share of max_steps over which the hardest allowed difficulty rises to the top"""
+    prioritized_floor: float = 0.05
+    """prioritized: weight floor, so a prompt always solved can still be drawn"""
+    multitask_lambda: float = 0.2
+    """multitask: weight lambda of the accuracy term in MT-GRPO's score (paper 0.2)"""
+    multitask_lr: float = 0.025
+    """multitask: step size of the family logits (paper 0.025)"""
 
     # ---- sampling: a step is prompts_per_step prompts x num_generations completions -------------
     prompts_per_step: int = 16
@@ -384,6 +398,11 @@ class TrainConfig:
                              "on the tiny Qwen: 796k of 800k weights). Use 'bfloat16' on a GPU "
                              "that has it, else 'float32'")
         _choice(self, "temperature_schedule", TEMPERATURE_SCHEDULES)
+        _choice(self, "prompt_sampler", PROMPT_SAMPLERS)
+        _number(self, "curriculum_ratio", 0, 1, low_open=True)
+        _number(self, "prioritized_floor", 0, math.inf, low_open=True)
+        _number(self, "multitask_lambda", 0, math.inf)
+        _number(self, "multitask_lr", 0, math.inf, low_open=True)
         if self.length_reward is not None:
             _choice(self, "length_reward", LENGTH_REWARDS)
         if self.diversity_adjustment is not None:

@@ -15,6 +15,12 @@ truncation     fraction of samples cut at ``max_completion_length``
 ============== ==============================================================================
 
 Samples are drawn with a seeded generator, so the same model, data and seed give the same table.
+
+The ``pass@k`` column above is the *empirical* one (k = the number of samples drawn).
+:func:`pass_at_k` is the unbiased estimator of Chen et al. (arXiv 2107.03374, eq. 1) for any
+k <= n, and :func:`pass_at_k_curve` turns the per-sample frame into pass@1..pass@n per cell: the
+curve that shows whether RL made the model better at finding answers (pass@k up for every k) or
+only more reliable at the answers it could already find (pass@1 up, pass@n flat or down).
 """
 
 from __future__ import annotations
@@ -85,6 +91,67 @@ def prompt_solve_rates(samples: pd.DataFrame) -> pd.Series:
     """Fraction of the k samples that are correct, per prompt id: 1.0 = always solved, 0.0 = never
     (the groups that DAPO's dynamic sampling drops)."""
     return samples.groupby("id")["correct"].mean()
+
+
+def pass_at_k(num_samples: int, num_correct: int, k: int) -> float:
+    r"""The unbiased pass@k estimate of one problem from ``num_correct`` right answers out of
+    ``num_samples`` (Chen et al. 2021, arXiv 2107.03374, eq. 1):
+
+    .. math:: \text{pass@}k = 1 - \binom{n-c}{k} \Big/ \binom{n}{k}
+
+    the probability that ``k`` samples drawn without replacement from the ``n`` hold at least one
+    right answer. Computed as ``1 - prod_{i=n-c+1}^{n} (1 - k/i)`` (the paper's numerically stable
+    form: no huge binomials), and exactly 1.0 when fewer than ``k`` answers are wrong.
+    ``k = 1`` gives ``c / n``; ``k = n`` gives 1.0 if any answer is right, else 0.0.
+    ValueError unless ``0 <= num_correct <= num_samples`` and ``1 <= k <= num_samples``.
+    """
+    n, c, k = int(num_samples), int(num_correct), int(k)
+    if not 0 <= c <= n:
+        raise ValueError(f"need 0 <= num_correct <= num_samples, got c={c}, n={n}")
+    if not 1 <= k <= n:
+        raise ValueError(f"need 1 <= k <= num_samples, got k={k}, n={n}")
+    if n - c < k:
+        return 1.0
+    miss = 1.0
+    for i in range(n - c + 1, n + 1):
+        miss *= 1.0 - k / i
+    return 1.0 - miss
+
+
+def pass_at_k_curve(samples: pd.DataFrame, ks=None, by=GROUP_COLUMNS) -> pd.DataFrame:
+    """pass@k per (family, difficulty) cell and overall, from a per-sample frame.
+
+    ``samples`` is the frame of :func:`sample_answers` (or ``evaluate(..., return_samples=True)``):
+    one row per sample with ``id``, the ``by`` columns and ``correct`` (NaN = not judged, counted
+    as not correct). Each prompt's estimate is :func:`pass_at_k` of its own n and c; a cell's is the
+    mean over its prompts. ``ks`` defaults to 1..n (n = the fewest samples any prompt has).
+
+    ============ ===============================================================
+    column       meaning
+    ============ ===============================================================
+    family, ...  the cell (the ``by`` columns); the last row is ``all``
+    prompts      number of prompts in the cell
+    pass@k       one column per k in ``ks``: mean unbiased pass@k over the prompts
+    ============ ===============================================================
+    """
+    by = list(by)
+    per_prompt = samples.groupby([*by, "id"], sort=True)["correct"].agg(
+        n="size", c=lambda x: int((x.fillna(0) > 0).sum())).reset_index()
+    smallest = int(per_prompt["n"].min())
+    ks = list(range(1, smallest + 1)) if ks is None else [int(k) for k in ks]
+    if any(not 1 <= k <= smallest for k in ks):
+        raise ValueError(f"every k must lie in 1..{smallest} (the fewest samples of a prompt), "
+                         f"got {ks}")
+    for k in ks:
+        per_prompt[f"pass@{k}"] = [pass_at_k(n, c, k) for n, c in zip(per_prompt["n"],
+                                                                       per_prompt["c"])]
+    columns = [f"pass@{k}" for k in ks]
+    cells = per_prompt.groupby(by, sort=True)[columns].mean()
+    cells.insert(0, "prompts", per_prompt.groupby(by, sort=True).size())
+    cells = cells.reset_index()
+    overall = {**{col: "all" for col in by}, "prompts": len(per_prompt),
+               **per_prompt[columns].mean().to_dict()}
+    return pd.concat([cells, pd.DataFrame([overall])], ignore_index=True)
 
 
 def evaluate(model, tokenizer, dataset, *, k: int = 4, temperature: float = 1.0,

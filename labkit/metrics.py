@@ -20,6 +20,8 @@ METRICS = {
     "reward_std": "standard deviation of the total reward over the sampled completions",
     "reward_<name>": "mean reward of one reward function (e.g. reward_accuracy, reward_format)",
     "accuracy": "fraction of sampled completions whose answer is correct (accuracy_reward)",
+    "accuracy_<family>": "accuracy of the step's completions of one task family (e.g. "
+                         "accuracy_add), when the data has a family column",
     "completion_length": "mean completion length in tokens (end-of-turn included)",
     "completion_length_max": "longest completion of the step",
     "truncation_rate": "fraction of completions cut at max_completion_length",
@@ -77,6 +79,8 @@ def describe(column: str) -> str:
         return METRICS[column]
     if column.startswith("reward_"):
         return f"{METRICS['reward_<name>']}: here {column.removeprefix('reward_')}"
+    if column.startswith("accuracy_"):
+        return f"{METRICS['accuracy_<family>']}: here {column.removeprefix('accuracy_')}"
     raise KeyError(f"{column!r} is not a metric the lab logs; see labkit.metrics.METRICS")
 
 

@@ -11,7 +11,11 @@ Two model worlds share this one entry point, :func:`load_policy`:
 
 ``random_init=True`` builds the same architecture from its config alone with fresh weights: the
 "RL cannot start from nothing" demo on the tiny model, and the way to measure memory and speed of
-a real Qwen shape on a GPU without downloading weights.
+a real Qwen shape without downloading weights. The published ``config.json`` of the real shapes in
+:data:`SHIPPED_CONFIGS` (``Qwen/Qwen2.5-0.5B-Instruct``, ``Qwen/Qwen3-0.6B``,
+``Qwen/Qwen2.5-1.5B-Instruct``) ship in ``data/models/configs`` (the config only: no weights, no
+tokenizer files), so ``load_policy(hub_id, random_init=True)`` works offline; see
+:func:`load_policy` for what that model is and is not.
 
 Device and dtype default to the best the machine has: cuda, then mps, then cpu; bfloat16 on GPUs
 that support it, float32 elsewhere (float16 training needs loss scaling, which the lab avoids).
@@ -31,6 +35,13 @@ TINY_MODEL_DIR = DATA_DIR / "models" / "tiny-qwen"
 
 #: Short names accepted by :func:`load_policy` in place of a path or hub id.
 ALIASES = {"tiny": TINY_MODEL_DIR}
+
+#: Where the published ``config.json`` of real Qwen shapes ship (one folder per hub id, named
+#: ``<org>--<name>`` as in the hub's cache): architecture only, no weights, no tokenizer files.
+CONFIGS_DIR = DATA_DIR / "models" / "configs"
+#: Hub ids whose published config ships in :data:`CONFIGS_DIR`, so that
+#: ``load_policy(hub_id, random_init=True)`` and :func:`labkit.memory.memory_plan` work offline.
+SHIPPED_CONFIGS = ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen3-0.6B", "Qwen/Qwen2.5-1.5B-Instruct")
 
 # The chat-control tokens are Qwen's own and *special*: decoders with skip_special_tokens=True
 # (TRL's GRPOTrainer, vLLM, pipelines) drop them. The format tags are single *added* tokens that are
@@ -154,6 +165,25 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> str:
     return str(ALIASES.get(str(name_or_path), name_or_path))
 
 
+def shipped_config_dir(name: str | os.PathLike) -> Path | None:
+    """The folder of ``name``'s shipped ``config.json`` (``data/models/configs/<org>--<name>``)
+    when ``name`` is one of :data:`SHIPPED_CONFIGS` and is not a local folder; else None."""
+    name = str(name)
+    if name not in SHIPPED_CONFIGS or Path(name).exists():
+        return None
+    folder = CONFIGS_DIR / name.replace("/", "--")
+    return folder if (folder / "config.json").is_file() else None
+
+
+def load_model_config(name_or_path: str | os.PathLike = "tiny"):
+    """The ``transformers`` config of a model: the tiny Qwen's, a shipped real shape's (offline,
+    :data:`SHIPPED_CONFIGS`), a local folder's, or a hub id's (which needs the network)."""
+    from transformers import AutoConfig
+
+    shipped = shipped_config_dir(name_or_path)
+    return AutoConfig.from_pretrained(shipped or resolve_model_path(name_or_path))
+
+
 def load_policy(
     name_or_path: str | os.PathLike = "tiny",
     *,
@@ -177,10 +207,26 @@ def load_policy(
     gradient_checkpointing: trade compute for activation memory on long sequences.
 
     Returns ``(model, tokenizer)``; the tokenizer pads on the left, which batched generation needs.
+
+    Real shapes offline: with ``random_init=True`` and a hub id of :data:`SHIPPED_CONFIGS`
+    (``"Qwen/Qwen2.5-0.5B-Instruct"``, ``"Qwen/Qwen3-0.6B"``, ``"Qwen/Qwen2.5-1.5B-Instruct"``),
+    nothing is downloaded: the model is built from the published ``config.json`` shipped in
+    ``data/models/configs`` (every layer, the 151,936-token vocabulary, tied embeddings: the real
+    parameter count, memory and compute), and the tokenizer is the lab's character tokenizer
+    (:func:`build_char_tokenizer`), not Qwen's BPE. Its 104 ids are a subset of the model's
+    vocabulary, so prompts and rewards are the lab's text while every logit, gradient and cache
+    has the real shape. Random weights spread their probability over all 151,936 ids, so sampled
+    tokens are almost never among the tokenizer's 104: completions decode to (nearly) empty text
+    and run to ``max_completion_length``. Use it to measure memory and speed, never quality; a
+    reward that does not read the text (e.g. one that alternates within each group) keeps the
+    advantages non-zero so the training forward runs. The model's generation config stops at the
+    tokenizer's end-of-turn id. Loading real weights (``random_init=False``) still takes the
+    hub's tokenizer and weights, as before.
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     path = resolve_model_path(name_or_path)
+    shipped = shipped_config_dir(path) if random_init else None
     if path == str(TINY_MODEL_DIR) and not TINY_MODEL_DIR.exists():
         raise FileNotFoundError(
             f"The tiny model is missing from {TINY_MODEL_DIR}; rebuild it with "
@@ -191,14 +237,14 @@ def load_policy(
     kwargs = {}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = build_char_tokenizer() if shipped else AutoTokenizer.from_pretrained(path)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if random_init:
         if seed is not None:
             torch.manual_seed(seed)
-        config = AutoConfig.from_pretrained(path)
+        config = AutoConfig.from_pretrained(shipped or path)
         model = AutoModelForCausalLM.from_config(config, dtype=dt, **kwargs)
     else:
         model = _quietly(AutoModelForCausalLM.from_pretrained, path, dtype=dt, **kwargs)
@@ -207,6 +253,9 @@ def load_policy(
         model.gradient_checkpointing_enable()
         model.config.use_cache = False
     model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if shipped:  # the published ids (151643/151645) are not the character tokenizer's
+        model.generation_config.bos_token_id = None
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model, tokenizer
 
 

@@ -104,6 +104,7 @@ from labkit.length_control import length_shaped_rewards
 from labkit.losses import kl_estimate, policy_loss, value_loss
 from labkit.metrics import METRICS, TIMING_COLUMNS, StepStats
 from labkit.models import FORMAT_TAGS, ValueModel, load_policy
+from labkit.prompt_sampling import make_sampler
 from labkit.rewards import (
     accuracy_reward,
     combine_rewards_by_weight,
@@ -139,40 +140,6 @@ class TrainResult:
     trainer: Trainer
 
 
-class PromptSampler:
-    """Shuffled passes over ``n`` prompts; the order depends only on ``(seed, epoch)``, so the
-    position ``(epoch, offset)`` is the whole state."""
-
-    def __init__(self, n: int, seed: int):
-        if n < 1:
-            raise ValueError("the train dataset is empty")
-        self.n, self.seed, self.epoch, self.offset = n, seed, 0, 0
-        self._order = self._permutation()
-
-    def _permutation(self) -> list[int]:
-        order = list(range(self.n))
-        random.Random(self.seed * 1_000_003 + self.epoch).shuffle(order)
-        return order
-
-    def take(self, count: int) -> list[int]:
-        indices = []
-        while len(indices) < count:
-            if self.offset == self.n:
-                self.epoch, self.offset = self.epoch + 1, 0
-                self._order = self._permutation()
-            chunk = min(count - len(indices), self.n - self.offset)
-            indices += self._order[self.offset:self.offset + chunk]
-            self.offset += chunk
-        return indices
-
-    def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "offset": self.offset}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.epoch, self.offset = state["epoch"], state["offset"]
-        self._order = self._permutation()
-
-
 class Trainer:
     """RL post-training of a causal LM with the algorithm a :class:`TrainConfig` describes.
 
@@ -198,7 +165,12 @@ class Trainer:
         self.ref_model = _frozen_copy(self.model) if cfg.needs_reference else None
         self.value_model = ValueModel(self.model) if cfg.advantage_estimator == "gae" else None
         self.optimizer, self.scheduler = self._optimizer()
-        self.sampler = PromptSampler(len(self.train_dataset), cfg.seed)
+        self.sampler = make_sampler(cfg.prompt_sampler, self.train_dataset, cfg.seed,
+                                    total_steps=cfg.max_steps,
+                                    curriculum_ratio=cfg.curriculum_ratio,
+                                    prioritized_floor=cfg.prioritized_floor,
+                                    multitask_lambda=cfg.multitask_lambda,
+                                    multitask_lr=cfg.multitask_lr)
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
         self.step = 0
         self.rows: list[dict] = []
@@ -442,8 +414,10 @@ class Trainer:
                 is_demo[per_prompt - 1::per_prompt] = True
             batch.demonstrations = is_demo
             batch.reward_components, batch.rewards, correct = self._rewards(rows, rollout)
+            self.sampler.observe(indices, correct.view(-1, per_prompt).nanmean(-1).tolist())
             sampled.append((batch.reward_components, batch.rewards, correct, batch.lengths,
-                            batch.truncated))
+                            batch.truncated, [f for f in rows.get("family", [None] * len(indices))
+                                              for _ in range(per_prompt)]))
             if not cfg.dynamic_sampling:
                 kept.append(batch)
                 break
@@ -539,6 +513,7 @@ class Trainer:
         """Reward, accuracy and length statistics over every completion sampled in the step."""
         per_function, totals, accuracy, lengths, truncated = (
             torch.cat([s[i].cpu() for s in sampled]) for i in range(5))
+        families = [f for s in sampled for f in s[5]]
         informative = torch.cat([dynamic_sampling_mask(s[1].cpu(), self.config.num_generations)
                                  for s in sampled])
         row = {"reward": _nanmean(totals), "reward_std": _nanstd(totals)}
@@ -551,6 +526,9 @@ class Trainer:
                    frac_reward_zero_std=((~informative).float().mean().item()
                                          if informative.numel() else 0.0),
                    sampled_tokens=int(lengths.sum()), temperature=self.temperature)
+        for family in sorted({f for f in families if f is not None}):
+            chosen = torch.tensor([f == family for f in families])
+            row[f"accuracy_{family}"] = _nanmean(accuracy[chosen])
         return row
 
     # ---- 3. score forwards -----------------------------------------------------------------------
@@ -962,5 +940,4 @@ def _nanstd(x: torch.Tensor) -> float:
     return float(x.std()) if x.numel() > 1 else 0.0
 
 
-__all__ = ["METRICS", "RESUMABLE_CHANGES", "TIMING_COLUMNS", "PromptSampler", "TrainResult",
-           "Trainer", "train"]
+__all__ = ["METRICS", "RESUMABLE_CHANGES", "TIMING_COLUMNS", "TrainResult", "Trainer", "train"]

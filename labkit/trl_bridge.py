@@ -201,6 +201,10 @@ LAB_ONLY = {
     "eval_every": (0, (
         "the lab's pass@1 evaluation is not run under TRL: evaluate the returned model with "
         "labkit.evaluate.evaluate")),
+    "prompt_sampler": ("uniform", (
+        "TRL draws prompts uniformly (its RepeatSampler); the lab's curriculum, prioritized and "
+        "multi-task samplers (labkit.prompt_sampling) have no GRPOConfig setting: order or "
+        "weight the dataset yourself")),
     "resume_from": (None, (
         "a lab checkpoint cannot resume a TRL run: TRL resumes its own with "
         "trainer.train(resume_from_checkpoint=...)")),
@@ -232,6 +236,10 @@ NOT_CARRIED = {
     "eval_temperature": "lab evaluation only",
     "eval_k": "lab evaluation only",
     "eval_max_prompts": "lab evaluation only",
+    "curriculum_ratio": "prompt_sampler only (refused)",
+    "prioritized_floor": "prompt_sampler only (refused)",
+    "multitask_lambda": "prompt_sampler only (refused)",
+    "multitask_lr": "prompt_sampler only (refused)",
     "save_on_interrupt": "lab checkpointing; TRL saves on its save_strategy",
     "max_nonfinite_steps": "the lab skips NaN/inf steps; TRL has no such guard",
     "rollback_nonfinite_weights": "the lab's NaN/inf guard; TRL has none",

@@ -30,6 +30,12 @@ Each ``plot_*`` function returns a :class:`matplotlib.figure.Figure`. Figures ar
 the object-oriented API (not ``pyplot``), so they are never shown twice in a notebook and need no
 closing; pass ``axes=`` to draw into axes of your own instead. The interactive versions are in
 :mod:`labkit.widgets`.
+
+Sizes are chosen for JupyterLab's notebook column: figures are made at :data:`FIGURE_DPI` (90) and
+are at most about 840 px wide, so even a three-panel figure shows at full size (not shrunk, its
+10-point text 12.5 px tall) beside the file browser in a 1280 px window (an 848 px column), and a
+committed notebook stays small. Legends sit outside the data: beside the axes, or one legend above
+the panels.
 """
 
 from __future__ import annotations
@@ -86,6 +92,12 @@ RATIO_LABEL = r"probability ratio $r = \pi_\theta / \pi_{old}$"
 LENGTH_LABEL = "response length (tokens)"
 _DTYPE = torch.float64
 _ZERO_SHADE = {"color": "0.85", "alpha": 0.6, "lw": 0, "zorder": 0}
+#: Resolution of the lab's figures: the PNG a notebook shows (and stores) has this many pixels per
+#: inch. 90 keeps 10-point text at 12.5 px, and a three-panel run figure (9.15 in) at 833 px, inside
+#: JupyterLab's notebook column (848 px in a 1280 px window with the file browser open).
+FIGURE_DPI = 90
+#: Font size of legends and small annotations ("small" = 8.3 pt = 10.4 px at FIGURE_DPI).
+_SMALL = "small"
 _AGG_LABELS = {
     "grpo": r"grpo: $1/(B|o_i|)$",
     "bnpo": r"bnpo / dapo: $1/\sum_j|o_j|$",
@@ -100,7 +112,9 @@ def _enable_notebook_display() -> None:
 
     The inline backend registers this formatter only once a ``pyplot`` figure exists; these
     figures are not ``pyplot``'s, so without it a cell ending in ``plot_gae()`` would print
-    ``<Figure ...>``. An already registered formatter (inline backend) is left alone.
+    ``<Figure ...>``. An already registered formatter (inline backend) is left alone. Both write
+    the PNG at the figure's own dpi (:data:`FIGURE_DPI` for the lab's figures; not "retina"),
+    cropped to what is drawn.
     """
     try:
         from IPython import get_ipython
@@ -126,7 +140,8 @@ def _panels(axes, n: int, ncols: int | None = None, width: float = 4.0, height: 
     if axes is None:
         ncols = n if ncols is None else ncols
         nrows = -(-n // ncols)
-        fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
+        fig = Figure(figsize=(width * ncols, height * nrows), dpi=FIGURE_DPI,
+                     layout="constrained")
         grid = list(fig.subplots(nrows, ncols, squeeze=False, sharex=sharex).ravel())
         for spare in grid[n:]:  # a last row that is not full: no empty frames
             fig.delaxes(spare)
@@ -150,6 +165,34 @@ def _shade(ax: Axes, x: np.ndarray, flags: np.ndarray, label: str) -> None:
     for start, stop in zip(edges[::2], edges[1::2]):
         ax.axvspan(x[start], x[stop - 1], label=label, **_ZERO_SHADE)
         label = "_nolegend_"
+
+
+def _legend_beside(ax: Axes, **kwargs):
+    """The axes' legend to its right, outside the data (constrained layout makes the room)."""
+    return ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0,
+                     fontsize=_SMALL, **kwargs)
+
+
+def _legend_above(fig: Figure, panels: Sequence[Axes], handles, labels, title=None):
+    """One legend for the whole figure, above its panels, in as many columns as fit.
+
+    The figure grows by the legend's height, so the panels keep theirs. On a figure of the
+    caller's (``axes=``, no constrained layout) the legend goes in the first panel instead.
+    """
+    if not handles:
+        return None
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    if not isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine):
+        return panels[0].legend(handles, labels, fontsize=_SMALL, title=title,
+                                title_fontsize=_SMALL)
+    # An entry's width in px: the handle and the gaps, and ~0.55 em per character of its label.
+    entry_px = (4 + 0.55 * max(len(str(label)) for label in labels)) * 10 * fig.dpi / 72
+    ncols = max(1, min(len(labels), int(fig.get_figwidth() * fig.dpi // entry_px)))
+    rows = -(-len(labels) // ncols) + (title is not None)
+    fig.set_figheight(fig.get_figheight() + 0.2 * rows)
+    return fig.legend(handles, labels, loc="outside upper center", ncols=ncols, fontsize=10,
+                      title=title, title_fontsize=_SMALL, frameon=False)
 
 
 def _grouped_bars(ax: Axes, columns: Mapping[str, np.ndarray], width: float = 0.8) -> None:
@@ -230,7 +273,7 @@ def plot_clip_region(epsilon_low: float = 0.2, epsilon_high: float | None = 0.2,
                 if 0 < b < ratio_max:
                     ax.axvline(b, color="k", ls=style, lw=1, label=text if row == 0 else None)
             ax.set_xlim(0, ratio_max)
-            ax.legend(fontsize="x-small", loc="best")
+            ax.legend(fontsize=_SMALL, loc="best")
         grid[0, col].set(title=f"A = {a:+g}: clipped surrogate",
                          ylabel="per-token objective $J$ (to maximise)")
         grid[1, col].set(title=f"A = {a:+g}: gradient", xlabel=RATIO_LABEL,
@@ -312,7 +355,7 @@ def plot_gae(rewards=None, values=None, gamma: float = 1.0, lam: float = 0.95,
     adv, ret = (t[0].numpy() for t in gae(r[None], v[None], mask, gamma, lam))
     td_error = gae(r[None], v[None], mask, gamma, 0.0)[0][0].numpy()
     t = np.arange(r.numel())
-    fig, (top, bottom) = _panels(axes, 2, ncols=1, width=5.5, height=2.6, sharex=axes is None)
+    fig, (top, bottom) = _panels(axes, 2, ncols=1, width=7.4, height=2.6, sharex=axes is None)
     top.bar(t, r.numpy(), 0.6, color="C2", label="reward $r_t$")
     top.plot(t, v.numpy(), "o-", color="C1", label="critic value $V(s_t)$")
     top.set(title="toy response: rewards and values", ylabel="reward / value")
@@ -323,7 +366,7 @@ def plot_gae(rewards=None, values=None, gamma: float = 1.0, lam: float = 0.95,
                xlabel="response token position t", ylabel="advantage / return")
     for ax in (top, bottom):
         ax.set_xticks(t)
-        ax.legend(fontsize="x-small")
+        _legend_beside(ax)
     return fig
 
 
@@ -378,17 +421,18 @@ def plot_group_advantages(rewards=(1, 0, 0, 1, 0, 0, 0, 1), lengths=None, greedy
     """
     table = group_advantages_table(rewards, lengths, greedy_reward, num_generations)
     i = np.arange(len(table))
-    fig, (left, right) = _panels(axes, 2, width=4.5)
+    fig, (left, right) = _panels(axes, 2, width=4.6)
     left.bar(i, table["reward"], 0.6, color="C2")
     if "length" in table:
         for x, (rew, length) in enumerate(zip(table["reward"], table["length"])):
-            left.annotate(f"{length:g}", (x, rew), ha="center", va="bottom", fontsize="x-small")
+            left.annotate(f"{length:g}", (x, rew), ha="center", va="bottom", fontsize=_SMALL)
+    left.margins(y=0.1)  # headroom for the length labels
     left.set(title="rewards" + (" (labels: length in tokens)" if "length" in table else ""),
              xlabel="completion i", ylabel="reward $r_i$", xticks=i)
     _grouped_bars(right, {k: table[k].to_numpy() for k in table if k not in ("reward", "length")})
     right.set(title="advantages by estimator", xlabel="completion i",
               ylabel=r"advantage $\hat A_i$", xticks=i)
-    right.legend(fontsize="x-small")
+    _legend_beside(right)
     return fig
 
 
@@ -428,7 +472,7 @@ def plot_kl_estimators(log_ratio_max: float = 2.0, shift: float = 1.0, n_samples
     for ax, what in ((vals, "estimate $k$"), (grads, r"gradient $dk/d\log\pi(y)$")):
         ax.axhline(0, color="0.3", lw=0.8)
         ax.set(xlabel=r"log-ratio $d = \log(\pi_{ref}(y)/\pi(y))$", ylabel=what)
-        ax.legend(fontsize="x-small")
+        ax.legend(fontsize=_SMALL)
     vals.set_title("per-token KL estimators")
     grads.set_title("their gradients in the loss (autograd)")
 
@@ -457,7 +501,7 @@ def plot_kl_estimators(log_ratio_max: float = 2.0, shift: float = 1.0, n_samples
     std_ax.set(title="spread / KL", ylabel="per-sample std / KL", xticks=x, xticklabels=kinds,
                xlabel="estimator")
     for ax in (bias_ax, std_ax):
-        ax.legend(fontsize="x-small")
+        ax.legend(fontsize=_SMALL)
     return fig
 
 
@@ -527,7 +571,7 @@ def plot_aggregation_weights(lengths=(8, 16, 32, 64, 128), max_completion_length
         ax.set(xlabel=LENGTH_LABEL, xscale="log", yscale="log")
         ax.set_xticks(ticks, labels=[str(n) for n in ticks])
         ax.minorticks_off()
-        ax.legend(fontsize="x-small")
+        ax.legend(fontsize=_SMALL)
     return fig
 
 
@@ -572,7 +616,7 @@ def plot_overlong_penalty(max_completion_length: int = 1024, overlong_buffer_len
         panels[1].axvspan(start, max_completion_length, **_ZERO_SHADE)
         panels[1].set(title="batch lengths", ylabel="responses")
     panels[-1].set_xlabel(LENGTH_LABEL)
-    ax.legend(fontsize="x-small", loc="lower left")
+    ax.legend(fontsize=_SMALL, loc="lower left")
     return fig
 
 
@@ -654,7 +698,7 @@ def plot_ratio_spread(lengths=(4, 16, 64, 256), noise_std: float = 0.1, n_sequen
     hist.hist(seq.numpy(), bins=bins, density=True, alpha=0.6, label=r"sequence ratios $s_i$")
     hist.set(title=f"distribution at length {length}", xlabel=RATIO_LABEL, ylabel="density")
     for ax in (spread, hist):
-        ax.legend(fontsize="x-small")
+        ax.legend(fontsize=_SMALL)
     return fig
 
 
@@ -689,21 +733,22 @@ def plot_gfpo_filter(rewards=(1, 1, 0, 1, 0, 1, 1, 0),
     keep = gfpo_filter(r, lens, g, num_remains_in_group, metric)
     grpo = group_advantages(r, g).numpy()
     gfpo = gfpo_advantages(r, keep, g).numpy()
-    fig, (scatter, bars) = _panels(axes, 2, width=4.5)
+    fig, (scatter, bars) = _panels(axes, 2, width=4.6)
     k, length, reward = keep.numpy(), lens.numpy(), r.numpy()
     scatter.scatter(length[k], reward[k], s=60, color="C0", label=f"kept ({int(k.sum())})")
     scatter.scatter(length[~k], reward[~k], s=60, facecolors="none", edgecolors="C0",
                     label=f"rejected ({int((~k).sum())})")
     for i, (x, y) in enumerate(zip(length, reward)):
         scatter.annotate(str(i), (x, y), textcoords="offset points", xytext=(5, 5),
-                         fontsize="x-small")
+                         fontsize=_SMALL)
+    scatter.margins(x=0.08, y=0.15)  # headroom for the completion numbers
     scatter.set(title=f"kept {int(k.sum())} of G = {g} by {metric}", xlabel=LENGTH_LABEL,
                 ylabel="reward")
     _grouped_bars(bars, {"GRPO (all G)": grpo, "GFPO (kept set only)": gfpo})
     bars.set(title="advantages", xlabel="completion i", ylabel=r"advantage $\hat A_i$",
              xticks=np.arange(g))
-    for ax in (scatter, bars):
-        ax.legend(fontsize="x-small")
+    (h1, l1), (h2, l2) = scatter.get_legend_handles_labels(), bars.get_legend_handles_labels()
+    _legend_above(fig, (scatter, bars), h1 + h2, l1 + l2)
     return fig
 
 
@@ -777,12 +822,15 @@ def runs_summary(runs: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
 def plot_runs(runs: Mapping[str, pd.DataFrame],
               metrics: Sequence[str] = ("reward", "accuracy", "completion_length"),
               smooth: int = 1, x: str = "step", axes=None) -> Figure:
-    """Training curves of several runs, one panel per metric column.
+    """Training curves of several runs, one panel per metric column, one legend for all panels.
 
     ``runs`` maps a name to a history DataFrame (``TrainResult.history`` or :func:`load_run`).
-    With ``smooth`` > 1 a moving average over that many rows is drawn over the faint raw curve.
-    A run without a metric is skipped in that panel and named in its legend. When runs carry a
-    ``command`` in ``df.attrs`` (reference logs), the figure's footer says how to regenerate them.
+    With ``smooth`` > 1 a moving average over that many logged values is drawn over the faint raw
+    curve. Rows where a metric is missing (a log's evaluation-only rows, or a metric logged only
+    every few steps) are skipped, so the curve joins the points it has. A run without a metric is
+    left out of that panel, whose title names it. The runs' legend sits above the panels, once;
+    when runs carry a ``command`` in ``df.attrs`` (reference logs), the figure's footer says how
+    to regenerate them. Up to three panels a row, 833 px wide at :data:`FIGURE_DPI`.
 
     What to see: compare runs on the same axes: reward and accuracy rising, completion length
     growing or shrinking, entropy and clip fractions over training.
@@ -794,30 +842,36 @@ def plot_runs(runs: Mapping[str, pd.DataFrame],
         raise ValueError("metrics must name at least one column")
     if smooth < 1:
         raise ValueError(f"smooth must be >= 1 (rows in the moving average), got {smooth}")
-    fig, panels = _panels(axes, len(metrics), ncols=min(len(metrics), 3), width=4.2)
+    fig, panels = _panels(axes, len(metrics), ncols=min(len(metrics), 3), width=3.05, height=2.5)
+    handles = {}
     for ax, metric in zip(panels, metrics):
+        missing = []
         for k, (name, df) in enumerate(runs.items()):
             if metric not in df:
-                ax.plot([], [], " ", label=f"{name}: no '{metric}' column")
+                missing.append(name)
                 continue
-            xs = df.get(x, df.index)
             y = df[metric]
+            logged = y.notna().to_numpy()
+            xs, y = np.asarray(df.get(x, df.index))[logged], y[logged]
             if smooth > 1:
                 ax.plot(xs, y, color=f"C{k}", alpha=0.25, lw=1)
                 y = y.rolling(smooth, min_periods=1).mean()
-            ax.plot(xs, y, color=f"C{k}", label=name)
-        unit = _METRIC_UNITS.get(metric)
-        ax.set(title=metric + (f" (moving average of {smooth})" if smooth > 1 else ""),
+            (handles[name],) = ax.plot(xs, y, color=f"C{k}", label=name)
+        ax.set(title=metric + (f"\n(not logged by: {', '.join(missing)})" if missing else ""),
                xlabel="training step" if x == "step" else x,
-               ylabel=f"{metric} ({unit})" if unit else metric)
-        ax.legend(fontsize="x-small")
+               ylabel=_METRIC_UNITS.get(metric, metric))  # the title names the metric
+    title = f"moving average of {smooth} (faint: raw values)" if smooth > 1 else None
+    _legend_above(fig, panels, list(handles.values()), list(handles), title=title)
     commands = {name: df.attrs["command"] for name, df in runs.items() if df.attrs.get("command")}
+    footer = []
     if len(set(commands.values())) == 1:
-        fig.supxlabel(f"regenerate: {next(iter(commands.values()))}", x=0.01, ha="left",
-                      fontsize="x-small")
+        footer = [f"regenerate: {next(iter(commands.values()))}"]
     elif commands:
-        fig.supxlabel("\n".join(f"regenerate {n}: {c}" for n, c in commands.items()), x=0.01,
-                      ha="left", fontsize="x-small")
+        footer = [f"regenerate {n}: {c}" for n, c in commands.items()]
+    if footer:
+        fig.supxlabel("\n".join(footer), x=0.01, ha="left", fontsize=_SMALL)
+    if axes is None:  # room for the footer on top of the panels' own height
+        fig.set_figheight(fig.get_figheight() + 0.17 * len(footer))
     return fig
 
 

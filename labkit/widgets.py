@@ -6,6 +6,12 @@ with ``clip_region_widget()``. The figure is redrawn by the static function of
 training uses. Text boxes take comma-separated numbers (``1, 0, 0, 1``); a value a labkit function
 rejects shows its error message in place of the figure.
 
+Layout: every slider keeps a track of 220 px or more whatever its description's length, so it can
+be dragged in JupyterLab's notebook column; a range that depends on another control follows it
+(GFPO's k runs to the group size, the overlong buffer stays below the length cap); a control that
+does not apply is disabled (dual-clip's c while dual-clip is off); the runs and metrics of
+``runs_widget`` are checkboxes, all in view. ``tests/test_browser.py`` checks these in Chromium.
+
 Static fallback: when ``LABKIT_STATIC=1`` is set (CI, ``nbconvert``, nbval) or ipywidgets is not
 installed, :func:`widgets_enabled` is False and every builder returns the static figure drawn with
 its defaults instead, which Jupyter shows when it ends the cell. Builders take the same keyword
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 
 import pandas as pd
@@ -51,6 +58,15 @@ __all__ = [
 ]
 
 _STYLE = {"description_width": "initial"}
+# Widths in px. A slider's description takes its natural width ("initial") and the slider's
+# Layout width adds the track and the readout to it, so no label eats its slider's track
+# (ipywidgets' default is 300 px for label, track and readout together).
+_CHAR_PX = 8  # a generous average width of a character in JupyterLab's 13 px widget font
+_TRACK_PX = 220
+_READOUT_PX = 80
+_TEXT_PX = 240  # a text box's input field
+# Columns that can be the x axis of training curves: the step, and cumulative counters.
+_STEP_LIKE = re.compile(r"step|epoch|elapsed\w*|wall_time|total_\w+|\w+_total|cum\w+|\w+_seen")
 
 
 def widgets_enabled() -> bool:
@@ -73,8 +89,12 @@ def _text(value: Sequence[float] | None) -> str:
     return "" if value is None else ", ".join(f"{v:g}" for v in value)
 
 
-def _interactive(draw: Callable[..., Figure], controls: Mapping):
-    """Controls (wrapping rows) above an output area that ``draw`` redraws on every change."""
+def _interactive(draw: Callable[..., Figure], controls: Mapping, rows: Sequence | None = None):
+    """Controls above an output area that ``draw`` redraws on every change.
+
+    ``rows`` lays the controls out (a list of widgets stacked above the figure); by default they
+    share one wrapping row.
+    """
     import ipywidgets as widgets
     from IPython.display import display
 
@@ -87,23 +107,78 @@ def _interactive(draw: Callable[..., Figure], controls: Mapping):
         display(fig)
 
     output = widgets.interactive_output(redraw, dict(controls))
-    row = widgets.Layout(flex_flow="row wrap")
-    return widgets.VBox([widgets.HBox(list(controls.values()), layout=row), output])
+    if rows is None:
+        rows = [widgets.HBox(list(controls.values()), layout=widgets.Layout(flex_flow="row wrap"))]
+    return widgets.VBox([*rows, output])
 
 
-def _slider(kind: str, value, low, high, step, description: str, **extra):
+def _slider(kind: str, value, low, high, step, description: str, track: int = _TRACK_PX,
+            **extra):
+    """A slider whose track keeps ``track`` px whatever its description's length."""
     import ipywidgets as widgets
 
+    width = _CHAR_PX * len(description) + track + _READOUT_PX
     return getattr(widgets, kind)(value=value, min=low, max=high, step=step,
                                   description=description, continuous_update=False,
-                                  style=_STYLE, **extra)
+                                  style=_STYLE, layout=widgets.Layout(width=f"{width}px"),
+                                  **extra)
 
 
 def _textbox(value: str, description: str, placeholder: str = ""):
     import ipywidgets as widgets
 
+    width = _CHAR_PX * len(description) + _TEXT_PX
     return widgets.Text(value=value, description=description, placeholder=placeholder,
-                        continuous_update=False, style=_STYLE)
+                        continuous_update=False, style=_STYLE,
+                        layout=widgets.Layout(width=f"{width}px"))
+
+
+def _length_range(default: int) -> tuple[int, int]:
+    """(step, max) of a token-length slider around ``default``: up to 4x it, ~128+ stops.
+
+    The step is a power of two dividing ``default`` (so the default is a stop), at most
+    max / 128: one drag pixel is a few tokens, not a few hundred.
+    """
+    high = max(64, 1 << (4 * max(int(default), 1) - 1).bit_length())
+    step = 1
+    while default % (2 * step) == 0 and 2 * step <= high // 128:
+        step *= 2
+    return step, high
+
+
+def _checkboxes(options: Sequence[str], selected: Sequence[str], column_px: int,
+                in_click_order: bool):
+    """A grid of checkboxes, one per option, all visible, with a ``value``: the ticked options.
+
+    The grid's ``value`` (a tuple, observable like a widget's) lists the ticked options in the
+    order of ``options``, or, with ``in_click_order``, ``selected`` first and then in the order
+    they were ticked.
+    """
+    import ipywidgets as widgets
+    import traitlets
+
+    boxes = [widgets.Checkbox(value=o in selected, description=str(o), indent=False,
+                              layout=widgets.Layout(width="auto"))
+             for o in options]
+    grid = widgets.GridBox(boxes, layout=widgets.Layout(
+        grid_template_columns=f"repeat(auto-fill, minmax({column_px}px, 1fr))", width="100%"))
+    grid.add_traits(value=traitlets.Tuple())
+    grid.value = tuple(o for o in selected if o in options)
+    if not in_click_order:
+        grid.value = tuple(o for o in options if o in grid.value)
+
+    def toggled(change):
+        option = options[boxes.index(change["owner"])]
+        if not in_click_order:
+            grid.value = tuple(o for o, box in zip(options, boxes) if box.value)
+        elif change["new"]:
+            grid.value = (*grid.value, option)
+        else:
+            grid.value = tuple(o for o in grid.value if o != option)
+
+    for box in boxes:
+        box.observe(toggled, "value")
+    return grid
 
 
 def clip_region_widget(epsilon_low: float = 0.2, epsilon_high: float = 0.28,
@@ -112,17 +187,26 @@ def clip_region_widget(epsilon_low: float = 0.2, epsilon_high: float = 0.28,
 
     ``advantage`` is ``"both"``, ``1.0`` or ``-1.0``. Move ``epsilon_high`` above
     ``epsilon_low`` (DAPO's clip-higher) and watch only the A > 0 band widen; switch dual-clip on
-    to see the A < 0 gradient vanish beyond c.
+    to see the A < 0 gradient vanish beyond c (the c slider is greyed out while dual-clip is off).
     """
     if not widgets_enabled():
         return viz.plot_clip_region(epsilon_low, epsilon_high, dual_clip, advantage)
     import ipywidgets as widgets
 
+    use_dual_clip = widgets.Checkbox(value=dual_clip is not None, description="dual-clip",
+                                     indent=False, layout=widgets.Layout(width="auto"))
+    c = _slider("FloatSlider", dual_clip or 3.0, 1.5, 5.0, 0.1, "c", disabled=dual_clip is None,
+                tooltip="dual_clip: the bound c on the loss of A < 0 tokens")
+
+    def toggle(change):
+        c.disabled = not change["new"]
+
+    use_dual_clip.observe(toggle, "value")
     controls = {
         "epsilon_low": _slider("FloatSlider", epsilon_low, 0.0, 0.5, 0.01, "ε_low"),
         "epsilon_high": _slider("FloatSlider", epsilon_high, 0.0, 0.5, 0.01, "ε_high"),
-        "use_dual_clip": widgets.Checkbox(value=dual_clip is not None, description="dual-clip"),
-        "dual_clip": _slider("FloatSlider", dual_clip or 3.0, 1.5, 5.0, 0.1, "c"),
+        "use_dual_clip": use_dual_clip,
+        "dual_clip": c,
         "advantage": widgets.Dropdown(options=[("both signs", "both"), ("A = +1", 1.0),
                                                ("A = -1", -1.0)], value=advantage,
                                       description="advantage", style=_STYLE),
@@ -195,8 +279,9 @@ def kl_estimators_widget(shift: float = 1.0, n_samples: int = 1000, seed: int = 
 
     controls = {
         "shift": _slider("FloatSlider", shift, 0.05, 3.0, 0.05, "distance of π_ref"),
-        "n_samples": _slider("IntSlider", n_samples, 10, 20000, 10, "samples"),
-        "seed": widgets.IntText(value=seed, description="seed", style=_STYLE),
+        "n_samples": _slider("IntSlider", n_samples, 10, 20000, 10, "samples", track=300),
+        "seed": widgets.IntText(value=seed, description="seed", style=_STYLE,
+                                layout=widgets.Layout(width="140px")),
     }
     return _interactive(viz.plot_kl_estimators, controls)
 
@@ -209,10 +294,11 @@ def aggregation_widget(lengths: Sequence[int] = (8, 16, 32, 64, 128),
     """
     if not widgets_enabled():
         return viz.plot_aggregation_weights(lengths, max_completion_length)
+    step, high = _length_range(max_completion_length)
     controls = {
         "lengths": _textbox(_text(lengths), "response lengths"),
-        "max_completion_length": _slider("IntSlider", max_completion_length, 1, 4096, 1,
-                                         "max_completion_length"),
+        "max_completion_length": _slider("IntSlider", max_completion_length, step, high, step,
+                                         "max_completion_length", track=320),
     }
 
     def draw(lengths, max_completion_length):
@@ -225,15 +311,27 @@ def aggregation_widget(lengths: Sequence[int] = (8, 16, 32, 64, 128),
 def overlong_widget(max_completion_length: int = 1024, overlong_buffer_len: int = 256,
                     penalty_factor: float = 1.0,
                     lengths: Sequence[float] | None = (180, 420, 640, 790, 850, 930, 1010, 1024)):
-    """DAPO overlong penalty: slide the cap, the buffer and the factor; type a batch's lengths."""
+    """DAPO overlong penalty: slide the cap, the buffer and the factor; type a batch's lengths.
+
+    The cap's slider runs up to four times ``max_completion_length``; the buffer's slider stays
+    below the cap (its maximum follows the cap).
+    """
     if not widgets_enabled():
         return viz.plot_overlong_penalty(max_completion_length, overlong_buffer_len,
                                          penalty_factor, lengths)
+    step, high = _length_range(max_completion_length)
+    cap = _slider("IntSlider", max_completion_length, step, high, step, "max_completion_length",
+                  track=320)
+    buffer = _slider("IntSlider", min(overlong_buffer_len, max_completion_length - 1), 0,
+                     max_completion_length - 1, 1, "overlong_buffer_len", track=320)
+
+    def follow_cap(change):  # observed before the figure is: the buffer is clamped first
+        buffer.max = change["new"] - 1
+
+    cap.observe(follow_cap, "value")
     controls = {
-        "max_completion_length": _slider("IntSlider", max_completion_length, 16, 4096, 16,
-                                         "max_completion_length"),
-        "overlong_buffer_len": _slider("IntSlider", overlong_buffer_len, 0, 2048, 16,
-                                       "overlong_buffer_len"),
+        "max_completion_length": cap,
+        "overlong_buffer_len": buffer,
         "penalty_factor": _slider("FloatSlider", penalty_factor, 0.0, 2.0, 0.05,
                                   "penalty_factor"),
         "lengths": _textbox(_text(lengths), "batch lengths", "empty: curve only"),
@@ -258,7 +356,8 @@ def ratio_spread_widget(lengths: Sequence[int] = (4, 16, 64, 256), noise_std: fl
         "noise_std": _slider("FloatLogSlider", noise_std, -3, 0, 0.1, "log-ratio noise σ",
                              base=10),
         "n_sequences": _slider("IntSlider", n_sequences, 16, 2048, 16, "responses per length"),
-        "seed": widgets.IntText(value=seed, description="seed", style=_STYLE),
+        "seed": widgets.IntText(value=seed, description="seed", style=_STYLE,
+                                layout=widgets.Layout(width="140px")),
     }
 
     def draw(lengths, noise_std, n_sequences, seed):
@@ -271,18 +370,35 @@ def ratio_spread_widget(lengths: Sequence[int] = (4, 16, 64, 256), noise_std: fl
 def gfpo_widget(rewards: Sequence[float] = (1, 1, 0, 1, 0, 1, 1, 0),
                 lengths: Sequence[float] = (120, 340, 410, 95, 150, 210, 380, 60),
                 num_remains_in_group: int = 4, metric: str = "length"):
-    """GFPO: type a group's rewards and lengths, choose k and the metric: who keeps a gradient?"""
+    """GFPO: type a group's rewards and lengths, choose k and the metric: who keeps a gradient?
+
+    The "kept k" slider (``num_remains_in_group``) runs from 1 to the group size G, the number of
+    rewards typed, and follows it when the rewards change.
+    """
     if not widgets_enabled():
         return viz.plot_gfpo_filter(rewards, lengths, num_remains_in_group, metric)
     import ipywidgets as widgets
 
+    group_size = max(len(rewards), 1)
+    rewards_box = _textbox(_text(rewards), "rewards")
+    kept = _slider("IntSlider", min(num_remains_in_group, group_size), 1, group_size, 1,
+                   "kept k", tooltip="num_remains_in_group: completions kept of the group's G")
+
+    def follow_group_size(change):  # observed before the figure is: k is clamped first
+        try:
+            size = len(_numbers(change["new"], "rewards") or [])
+        except ValueError:
+            return  # the figure shows the message
+        if size:
+            kept.max = size
+
+    rewards_box.observe(follow_group_size, "value")
     controls = {
-        "rewards": _textbox(_text(rewards), "rewards"),
+        "rewards": rewards_box,
         "lengths": _textbox(_text(lengths), "lengths"),
-        "num_remains_in_group": _slider("IntSlider", num_remains_in_group, 1, 16, 1,
-                                        "kept k (num_remains_in_group)"),
+        "num_remains_in_group": kept,
         "metric": widgets.Dropdown(options=["length", "token_efficiency"], value=metric,
-                                   description="metric"),
+                                   description="metric", style=_STYLE),
     }
 
     def draw(rewards, lengths, num_remains_in_group, metric):
@@ -292,31 +408,50 @@ def gfpo_widget(rewards: Sequence[float] = (1, 1, 0, 1, 0, 1, 1, 0),
     return _interactive(draw, controls)
 
 
+def _x_columns(runs: Mapping[str, pd.DataFrame], x: str) -> list[str]:
+    """The x axis choices: ``step`` and the cumulative counters the runs log (non-decreasing)."""
+    columns = {c for df in runs.values() for c in df.select_dtypes("number").columns}
+    counters = sorted(c for c in columns - {"step"} if _STEP_LIKE.fullmatch(c)
+                      and all(df[c].dropna().is_monotonic_increasing
+                              for df in runs.values() if c in df))
+    return ["step", *counters] + ([x] if x in columns - {"step", *counters} else [])
+
+
 def runs_widget(runs: Mapping[str, pd.DataFrame],
                 metrics: Sequence[str] = ("reward", "accuracy", "completion_length"),
                 smooth: int = 1, x: str = "step"):
-    """Training curves: pick runs and metric columns, smooth with a moving average.
+    """Training curves: tick runs and metric columns, smooth with a moving average.
 
     ``runs`` maps names to histories (``TrainResult.history`` or ``viz.load_run`` of a reference
-    log in ``data/runs/``).
+    log in ``data/runs/``). Every run and every numeric column is a checkbox, all in view; the
+    panels follow the order in which metrics are ticked. The x axis is the training step or a
+    cumulative counter the logs hold.
     """
     if not widgets_enabled():
         return viz.plot_runs(runs, metrics, smooth, x)
     import ipywidgets as widgets
 
-    columns = sorted({c for df in runs.values() for c in df.select_dtypes("number").columns})
+    columns = sorted({c for df in runs.values() for c in df.select_dtypes("number").columns}
+                     - {"step"})
+    x_columns = _x_columns(runs, x)
     controls = {
-        "names": widgets.SelectMultiple(options=list(runs), value=list(runs), description="runs",
-                                        style=_STYLE),
-        "metrics": widgets.SelectMultiple(options=columns,
-                                          value=[m for m in metrics if m in columns],
-                                          description="metrics", style=_STYLE),
+        "names": _checkboxes(list(runs), list(runs), column_px=260, in_click_order=False),
+        "metrics": _checkboxes(columns, [m for m in metrics if m in columns], column_px=190,
+                               in_click_order=True),
         "smooth": _slider("IntSlider", smooth, 1, 50, 1, "moving average"),
-        "x": widgets.Dropdown(options=columns, value=x if x in columns else None,
+        "x": widgets.Dropdown(options=x_columns, value=x if x in x_columns else "step",
                               description="x axis", style=_STYLE),
     }
 
-    def draw(names, metrics, smooth, x):
-        return viz.plot_runs({n: runs[n] for n in names}, metrics, smooth, x or "step")
+    def heading(text):
+        return widgets.HTML(f"<b>{text}</b>")
 
-    return _interactive(draw, controls)
+    rows = [heading("runs"), controls["names"],
+            heading("metrics (one panel each, in the order ticked)"), controls["metrics"],
+            widgets.HBox([controls["smooth"], controls["x"]],
+                         layout=widgets.Layout(flex_flow="row wrap"))]
+
+    def draw(names, metrics, smooth, x):
+        return viz.plot_runs({n: runs[n] for n in names}, metrics, smooth, x)
+
+    return _interactive(draw, controls, rows)

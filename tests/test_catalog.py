@@ -104,7 +104,8 @@ GENERIC_FIELDS = {
     "gamma", "lam", "delta", "use_bias_correction_kl", "kl_in_reward", "entropy_threshold",
     "eval_temperature", "temperature_final", "clip_cov_lb", "clip_cov_ub", "clip_cov_ratio",
     "kl_cov_ratio", "kl_cov_coef", "ref_model_mixup_alpha", "ref_model_sync_steps",
-    "exploration_gamma", "ref_reset_patience",
+    "exploration_gamma", "ref_reset_patience", "curriculum_ratio", "prioritized_floor",
+    "multitask_lambda", "multitask_lr",
 }
 
 

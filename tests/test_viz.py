@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from labkit import viz, widgets
@@ -27,11 +28,18 @@ def no_leaked_figures():
     assert plt.get_fignums() == []
 
 
+# JupyterLab's notebook column beside the file browser in a 1280 px window (tests/test_browser.py)
+COLUMN_PX = 848
+
+
 def check_figure(fig, n_axes: int) -> None:
-    """A Figure with ``n_axes`` panels, each titled and labelled (x label on its column)."""
+    """A Figure with ``n_axes`` panels, each titled and labelled (x label on its column), made at
+    the lab's dpi and narrow enough for the notebook column."""
     try:
         assert isinstance(fig, Figure)
         assert len(fig.axes) == n_axes
+        assert fig.dpi == viz.FIGURE_DPI
+        assert fig.get_figwidth() * fig.dpi <= COLUMN_PX
         for ax in fig.axes:
             assert ax.get_title(), "every panel has a title"
             assert ax.get_ylabel(), f"panel {ax.get_title()!r} has a y label"
@@ -190,7 +198,8 @@ def test_gfpo_figure_draws_labkit_filter_and_advantages():
         expected = gfpo_advantages(r, keep, 8).numpy()
         bars = fig.axes[1].containers[1]
         np.testing.assert_allclose([b.get_height() for b in bars], expected)
-        assert "kept (3)" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+        (legend,) = fig.legends  # one legend above both panels
+        assert "kept (3)" in [t.get_text() for t in legend.get_texts()]
     finally:
         plt.close(fig)
 
@@ -235,8 +244,11 @@ def test_plot_runs_skips_missing_columns_smooths_and_says_how_to_regenerate(tmp_
     fig = viz.plot_runs({"dapo": a, "mine": b}, metrics=("reward", "accuracy"), smooth=3)
     try:
         assert len(fig.axes) == 2
-        legend = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
-        assert "mine: no 'accuracy' column" in legend
+        assert "not logged by: mine" in fig.axes[1].get_title()
+        (legend,) = fig.legends  # one legend for the figure, none in the panels
+        assert all(ax.get_legend() is None for ax in fig.axes)
+        assert [t.get_text() for t in legend.get_texts()] == ["dapo", "mine"]
+        assert "moving average of 3" in legend.get_title().get_text()
         smoothed = lines_by_label(fig.axes[0])["dapo"].get_ydata()
         np.testing.assert_allclose(smoothed[:3], [0.0, 0.5, 1.0])
         assert fig.get_supxlabel() == f"regenerate: {cmd}"
@@ -314,6 +326,15 @@ def test_figures_render_as_png_in_ipython():
         data, _ = shell.display_formatter.format(fig)
         assert data["image/png"][:8] == b"\x89PNG\r\n\x1a\n"
         plt.close(fig)
+        # A six-panel run figure (notebook 02) as the notebook stores it: at FIGURE_DPI, as wide
+        # as the notebook column, not 1271 px and 300 kB as at matplotlib's default 100 dpi.
+        runs = {name: viz.load_run(viz.Path(__file__).parent.parent / "data" / "runs" / "02_grpo"
+                                   / f"{name}.csv") for name in ("grpo", "ppo")}
+        fig = viz.plot_runs(runs, ("accuracy", "completion_length", "entropy", "kl_old",
+                                   "frac_reward_zero_std", "clip_region"), smooth=10)
+        png = shell.display_formatter.format(fig)[0]["image/png"]
+        width = int.from_bytes(png[16:20], "big")
+        assert width <= COLUMN_PX and len(png) < 250_000, (width, len(png))
     finally:
         InteractiveShell.clear_instance()
 
@@ -349,6 +370,145 @@ def test_plot_runs_labels_units_and_leaves_no_empty_panel():
     fig = viz.plot_runs({"run": history},
                         ("accuracy", "entropy", "completion_length", "value_loss"))
     assert len(fig.axes) == 4  # a 3 + 1 grid keeps no empty frames
-    labels = [ax.get_ylabel() for ax in fig.axes]
-    assert labels == ["accuracy (fraction)", "entropy (nats per token)",
-                      "completion_length (tokens)", "value_loss"]
+    assert [ax.get_title() for ax in fig.axes] == list(history.columns[1:])
+    labels = [ax.get_ylabel() for ax in fig.axes]  # the unit; the title names the metric
+    assert labels == ["fraction", "nats per token", "tokens", "value_loss"]
+
+
+# --------------------------------------------------------------------------------------------
+# what a learner meets in the browser (tests/test_browser.py drives the same widgets there)
+# --------------------------------------------------------------------------------------------
+
+
+def overlaps(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+@pytest.mark.parametrize("draw", [
+    lambda: viz.plot_group_advantages((1, 0, 0, 1, 0, 0, 0, 1),
+                                      (40, 120, 95, 60, 150, 80, 130, 55), 1.0),
+    lambda: viz.plot_gae(),
+    lambda: viz.plot_gfpo_filter(),
+    lambda: viz.plot_runs({"a": RUNS["grpo"], "b": RUNS["grpo"] * 2}, ("reward", "step")),
+], ids=["group_advantages", "gae", "gfpo", "runs"])
+def test_legends_sit_outside_the_data_and_inside_the_figure(draw):
+    fig = draw()
+    try:
+        FigureCanvasAgg(fig).draw()
+        renderer = fig.canvas.get_renderer()
+        legends = fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+        assert legends
+        page = fig.bbox
+        for legend in legends:
+            box = legend.get_window_extent(renderer)
+            assert page.x0 - 1 <= box.x0 and box.x1 <= page.x1 + 1 and box.y1 <= page.y1 + 1
+            for ax in fig.axes:
+                assert not overlaps(box, ax.get_window_extent(renderer)), ax.get_title()
+    finally:
+        plt.close(fig)
+
+
+def test_plot_runs_joins_a_metric_logged_every_few_rows():
+    history = pd.DataFrame({"step": range(6), "eval_accuracy": [0.1, None, None, 0.4, None, 0.5]})
+    fig = viz.plot_runs({"run": history}, ("eval_accuracy",))
+    try:
+        line = lines_by_label(fig.axes[0])["run"]
+        np.testing.assert_allclose(line.get_xdata(), [0, 3, 5])
+        np.testing.assert_allclose(line.get_ydata(), [0.1, 0.4, 0.5])
+    finally:
+        plt.close(fig)
+
+
+def sliders(box) -> list:
+    """Every slider in a widget's box, depth first."""
+    found = []
+    for child in getattr(box, "children", ()):
+        if isinstance(child, ipywidgets.IntSlider | ipywidgets.FloatSlider
+                      | ipywidgets.FloatLogSlider):
+            found.append(child)
+        found += sliders(child)
+    return found
+
+
+@pytest.mark.parametrize(("builder", "kwargs", "n_axes"), BUILDERS,
+                         ids=[b.__name__ for b, _, _ in BUILDERS])
+def test_no_slider_label_eats_its_track(builder, kwargs, n_axes, monkeypatch):
+    monkeypatch.delenv("LABKIT_STATIC", raising=False)
+    for slider in sliders(builder(**kwargs)):
+        assert slider.style.description_width == "initial"
+        track = int(slider.layout.width.removesuffix("px")) - widgets._READOUT_PX \
+            - widgets._CHAR_PX * len(slider.description)
+        assert track >= 200, (slider.description, slider.layout.width)
+        assert len(slider.description) <= 21, slider.description
+
+
+def controls_of(box) -> dict:
+    """The widget's controls by description (sliders, text boxes, dropdowns, checkboxes)."""
+    found = {}
+    for child in getattr(box, "children", ()):
+        if getattr(child, "description", ""):
+            found[child.description] = child
+        found.update(controls_of(child))
+    return found
+
+
+def test_gfpo_kept_k_follows_the_group_size(monkeypatch, capsys):
+    monkeypatch.delenv("LABKIT_STATIC", raising=False)
+    controls = controls_of(widgets.gfpo_widget(num_remains_in_group=6))
+    kept, rewards, lengths = controls["kept k"], controls["rewards"], controls["lengths"]
+    assert (kept.min, kept.max, kept.value) == (1, 8, 6)  # G = 8 rewards, not 16
+    lengths.value = "10, 20, 30, 40"
+    rewards.value = "1, 0, 1, 0"
+    assert (kept.max, kept.value) == (4, 4)  # clamped to G before the figure is drawn
+    assert capsys.readouterr().out.count("Cannot draw") == 1  # only the 4 lengths vs 8 rewards
+    rewards.value = "1, x"  # unreadable: k stays, the figure shows the message
+    assert kept.max == 4 and "write numbers" in capsys.readouterr().out
+
+
+def test_overlong_sliders_are_usable_and_the_buffer_stays_below_the_cap(monkeypatch):
+    monkeypatch.delenv("LABKIT_STATIC", raising=False)
+    controls = controls_of(widgets.overlong_widget(max_completion_length=128,
+                                                   overlong_buffer_len=25))
+    cap, buffer = controls["max_completion_length"], controls["overlong_buffer_len"]
+    assert (cap.value, buffer.value, buffer.max) == (128, 25, 127)
+    assert cap.max == 512 and 64 <= (cap.max - cap.min) / cap.step <= 256 and 128 % cap.step == 0
+    cap.value = 20
+    assert (buffer.max, buffer.value) == (19, 19)
+    cap.value = 256
+    assert buffer.max == 255 and buffer.value == 19
+    big = controls_of(widgets.overlong_widget())["max_completion_length"]
+    assert (big.max, big.step) == (4096, 32) and 1024 % big.step == 0
+
+
+def test_dual_clip_slider_is_disabled_while_dual_clip_is_off(monkeypatch):
+    monkeypatch.delenv("LABKIT_STATIC", raising=False)
+    controls = controls_of(widgets.clip_region_widget())
+    switch, c = controls["dual-clip"], controls["c"]
+    assert not switch.value and c.disabled
+    switch.value = True
+    assert not c.disabled
+    switch.value = False
+    assert c.disabled
+    assert not controls_of(widgets.clip_region_widget(dual_clip=3.0))["c"].disabled
+
+
+def test_runs_widget_shows_every_metric_and_offers_only_step_like_x(monkeypatch):
+    monkeypatch.delenv("LABKIT_STATIC", raising=False)
+    runs = {"a": pd.DataFrame({"step": [1, 2, 3], "reward": [0.1, 0.3, 0.2],
+                               "tokens_total": [10, 25, 40], "entropy": [0.3, 0.2, 0.1]}),
+            "b": pd.DataFrame({"step": [1, 2], "reward": [0.2, 0.4], "kl_old": [0.0, 0.1]})}
+    box = widgets.runs_widget(runs, metrics=("reward", "entropy"), smooth=2)
+    controls = controls_of(box)
+    assert controls["x axis"].options == ("step", "tokens_total")  # no metric as x
+    grids = [c for c in box.children if isinstance(c, ipywidgets.GridBox)]
+    names, metrics = grids
+    assert names.value == ("a", "b")
+    assert metrics.value == ("reward", "entropy")
+    assert [c.description for c in metrics.children] == ["entropy", "kl_old", "reward",
+                                                         "tokens_total"]  # all in view
+    controls["kl_old"].value = True  # a panel added last
+    assert metrics.value == ("reward", "entropy", "kl_old")
+    controls["reward"].value = False
+    controls["a"].value = False
+    assert metrics.value == ("entropy", "kl_old") and names.value == ("b",)
+    assert widgets.runs_widget(runs, x="reward").children[-2].children[1].value == "reward"

@@ -683,7 +683,14 @@ CATALOG: tuple[Method, ...] = (
         _K2,
         id="kimi-ptx-loss",
         changes="loss",
-        note="A Kimi K2 addition, not k1.5; its form is InstructGPT's PPO-ptx (2203.02155).",
+        functions=("labkit.ptx.ptx_nll", "labkit.ptx.PTXData"),
+        config={"ptx_coef": 0.2, "ptx_batch_size": 8},
+        notebook=_NB["rewards"],
+        tests=("tests/test_ptx.py::test_gradient_is_rl_plus_coef_times_sft",
+               "tests/test_ptx.py::test_silent_rl_leaves_the_sft_gradient"),
+        note="A Kimi K2 addition, not k1.5; its form is InstructGPT's PPO-ptx (2203.02155). "
+        "The PTX data are the tiny Qwen's warm-start solutions (every cell), not pretraining "
+        "text; K2 publishes neither the coefficient nor the mix.",
     ),
     # ---------------------------------------------------------------- beyond the list
     _m(

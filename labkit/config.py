@@ -209,6 +209,12 @@ class TrainConfig:
     """subtract beta * KL from the reward (PPO/InstructGPT) instead of adding it to the loss"""
     entropy_coef: float = 0.0
     """entropy bonus: loss -= entropy_coef * mean token entropy (TRL)"""
+    ptx_coef: float = 0.0
+    """gamma of the PTX loss (Kimi K2, arXiv 2507.20534 section 3.2.3; InstructGPT's form, arXiv
+    2203.02155 eq. 2): loss += ptx_coef * token-mean NLL of ptx_batch_size warm-start examples
+    each optimizer step (labkit.ptx); 0 = off"""
+    ptx_batch_size: int = 8
+    """PTX: supervised examples per optimizer step"""
     top_entropy_quantile: float = 1.0
     """rho: only the tokens whose sampling entropy is in the top rho of the batch get a gradient
     (arXiv 2506.01939 keeps 0.2; TRL's name); 1.0 = every token"""
@@ -438,6 +444,8 @@ class TrainConfig:
         _number(self, "epsilon", 0, 1, high_open=True)
         _number(self, "beta", 0, math.inf)
         _number(self, "entropy_coef", 0, math.inf)
+        _number(self, "ptx_coef", 0, math.inf)
+        _integer(self, "ptx_batch_size", low=1)
         _number(self, "overlong_penalty_factor", 0, math.inf)
         _number(self, "gamma", 0, 1)
         _number(self, "lam", 0, 1)

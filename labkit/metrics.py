@@ -22,6 +22,8 @@ METRICS = {
     "accuracy": "fraction of sampled completions whose answer is correct (accuracy_reward)",
     "accuracy_<family>": "accuracy of the step's completions of one task family (e.g. "
                          "accuracy_add), when the data has a family column",
+    "eval_accuracy_<cell>": "eval accuracy of one (family, difficulty) cell, e.g. "
+                            "eval_accuracy_add_d1, when the eval set has several cells",
     "completion_length": "mean completion length in tokens (end-of-turn included)",
     "completion_length_max": "longest completion of the step",
     "truncation_rate": "fraction of completions cut at max_completion_length",
@@ -44,6 +46,8 @@ METRICS = {
     "entropy_high_frac": "share of loss tokens whose entropy exceeds entropy_threshold nats",
     "tokens_masked": "share of loss tokens whose gradient a token filter removed "
                      "(top_entropy_quantile, Clip-Cov, KL-Cov, sampler importance masking)",
+    "ptx_loss": "PTX: token-mean NLL (nats) of the step's warm-start examples (ptx_coef > 0), "
+                "before the coefficient",
     "value_loss": "PPO critic loss (clipped squared error to the GAE returns)",
     "value_clipfrac": "share of tokens where the clipped value branch was used",
     "explained_variance": "PPO: 1 - Var(returns - values) / Var(returns) on the step's samples, "
@@ -79,6 +83,8 @@ def describe(column: str) -> str:
         return METRICS[column]
     if column.startswith("reward_"):
         return f"{METRICS['reward_<name>']}: here {column.removeprefix('reward_')}"
+    if column.startswith("eval_accuracy_"):
+        return f"{METRICS['eval_accuracy_<cell>']}: here {column.removeprefix('eval_accuracy_')}"
     if column.startswith("accuracy_"):
         return f"{METRICS['accuracy_<family>']}: here {column.removeprefix('accuracy_')}"
     raise KeyError(f"{column!r} is not a metric the lab logs; see labkit.metrics.METRICS")

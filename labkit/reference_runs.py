@@ -9,7 +9,8 @@ So each comparison a notebook draws is described by a small JSON spec under ``da
 
 ``seeds`` (default ``[overrides.seed or 0]``) trains one run per seed, so a plot can show the
 spread between seeds as a band; ``data`` selects task-suite cells for both the train and the eval
-split (default: the whole suite). This command trains it and writes the history next to the spec,
+split (default: the whole suite); ``eval_data`` (optional) evaluates on other cells instead, e.g.
+the easy cells a run on the medium ones may forget (``{}`` = the whole eval split). This command trains it and writes the history next to the spec,
 as ``<spec>.csv`` (one ``seed`` column, the runs one after the other)::
 
     python -m labkit.reference_runs data/runs/04_dapo/dapo.json [more specs...]
@@ -45,7 +46,7 @@ def load_spec(path: str | Path) -> dict:
         raise ValueError(f"{path}: a reference run starts from the shipped model, writes only "
                          f"its log and takes its seeds from the spec's 'seeds' list; the "
                          f"overrides may not set {', '.join(refused)}")
-    unknown = set(spec) - {"preset", "overrides", "seeds", "data", "about"}
+    unknown = set(spec) - {"preset", "overrides", "seeds", "data", "eval_data", "about"}
     if unknown:
         raise ValueError(f"{path}: unknown spec keys {sorted(unknown)}")
     seeds = spec.setdefault("seeds", [0])
@@ -79,7 +80,8 @@ def run_spec(path: str | Path, *, threads: int | None = None) -> Path:
         torch.set_num_threads(threads)
     cells = spec.get("data", {})
     train_data = load_split("train", **cells) if cells else None
-    eval_data = load_split("eval", **cells) if cells else None
+    eval_cells = spec.get("eval_data", cells)  # another eval set: what the run may forget
+    eval_data = load_split("eval", **eval_cells) if eval_cells else None
     histories = []
     start = time.perf_counter()
     for seed in spec["seeds"]:

@@ -105,6 +105,7 @@ from labkit.losses import kl_estimate, policy_loss, value_loss
 from labkit.metrics import METRICS, TIMING_COLUMNS, StepStats
 from labkit.models import FORMAT_TAGS, ValueModel, load_policy
 from labkit.prompt_sampling import make_sampler
+from labkit.ptx import PTXData, ptx_nll
 from labkit.rewards import (
     accuracy_reward,
     combine_rewards_by_weight,
@@ -171,6 +172,8 @@ class Trainer:
                                     prioritized_floor=cfg.prioritized_floor,
                                     multitask_lambda=cfg.multitask_lambda,
                                     multitask_lr=cfg.multitask_lr)
+        # PTX: warm-start examples whose NLL joins the loss; replace .ptx to bring your own data
+        self.ptx = PTXData(cfg.ptx_batch_size, seed=cfg.seed) if cfg.ptx_coef > 0 else None
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
         self.step = 0
         self.rows: list[dict] = []
@@ -668,9 +671,12 @@ class Trainer:
                 shuffle = torch.Generator().manual_seed(
                     cfg.seed * 1_000_003 + self.step * 1_009 + iteration)
                 order = order[torch.randperm(len(batch), generator=shuffle).to(self.device)]
-            for rows in order.tensor_split(cfg.num_mini_batches):
+            for k, rows in enumerate(order.tensor_split(cfg.num_mini_batches)):
                 finite = self.accumulate_gradients(batch.select(rows), has_gradient[rows],
                                                    num_items, stats)
+                if finite and self.ptx is not None:
+                    step = (self.step * cfg.num_iterations + iteration) * cfg.num_mini_batches + k
+                    finite = self.accumulate_ptx_gradients(self.ptx.batch(step), stats)
                 self._apply_gradients(finite, stats)
         self.model.eval()
         row = stats.result()
@@ -749,6 +755,18 @@ class Trainer:
                 if key in metrics:
                     stats.add(key, metrics[key], weight)
             loss.backward()
+        return True
+
+    def accumulate_ptx_gradients(self, examples, stats: StepStats | None = None) -> bool:
+        """Backward ``ptx_coef`` x the token-mean NLL of ``examples`` (:func:`labkit.ptx.ptx_nll`)
+        into ``.grad``, on top of the RL gradient of the same optimizer step (InstructGPT's
+        PPO-ptx, arXiv 2203.02155 eq. 2). Logs ``ptx_loss``; returns False if it is not finite."""
+        nll = ptx_nll(self.model, self.tokenizer, examples)
+        if not torch.isfinite(nll):
+            return False
+        (self.config.ptx_coef * nll).backward()
+        if stats is not None:
+            stats.add("ptx_loss", nll.detach(), weight=1)
         return True
 
     def _token_filters(self, logp: torch.Tensor, mb: Experience):
@@ -837,10 +855,15 @@ class Trainer:
                          temperature=cfg.eval_temperature or cfg.temperature,
                          max_completion_length=cfg.max_completion_length, seed=cfg.seed)
         overall = table[table["family"] == "all"].iloc[0]
-        return {"eval_accuracy": float(overall["accuracy"]),
-                "eval_pass@k": float(overall["pass@k"]), "eval_length": float(overall["length"]),
-                "eval_format_rate": float(overall["format_rate"]),
-                "eval_truncation": float(overall["truncation"])}
+        row = {"eval_accuracy": float(overall["accuracy"]),
+               "eval_pass@k": float(overall["pass@k"]), "eval_length": float(overall["length"]),
+               "eval_format_rate": float(overall["format_rate"]),
+               "eval_truncation": float(overall["truncation"])}
+        cells = table[table["family"] != "all"]
+        if len(cells) > 1:  # per cell, so a run shows what it gains and where it forgets
+            row.update({f"eval_accuracy_{c.family}_d{c.difficulty}": float(c.accuracy)
+                        for c in cells.itertuples()})
+        return row
 
     def save_checkpoint(self, directory=None) -> Path:
         """Save everything needed to resume, atomically; default ``output_dir/checkpoint-<step>``."""

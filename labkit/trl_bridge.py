@@ -201,6 +201,9 @@ LAB_ONLY = {
     "eval_every": (0, (
         "the lab's pass@1 evaluation is not run under TRL: evaluate the returned model with "
         "labkit.evaluate.evaluate")),
+    "ptx_coef": (0.0, (
+        "TRL's GRPOTrainer has no supervised term in its loss (Kimi K2's PTX loss, arXiv "
+        "2507.20534); mix SFT data in with a second trainer or a custom loss")),
     "prompt_sampler": ("uniform", (
         "TRL draws prompts uniformly (its RepeatSampler); the lab's curriculum, prioritized and "
         "multi-task samplers (labkit.prompt_sampling) have no GRPOConfig setting: order or "
@@ -236,6 +239,7 @@ NOT_CARRIED = {
     "eval_temperature": "lab evaluation only",
     "eval_k": "lab evaluation only",
     "eval_max_prompts": "lab evaluation only",
+    "ptx_batch_size": "ptx_coef only (refused)",
     "curriculum_ratio": "prompt_sampler only (refused)",
     "prioritized_floor": "prompt_sampler only (refused)",
     "multitask_lambda": "prompt_sampler only (refused)",

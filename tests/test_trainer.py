@@ -303,3 +303,8 @@ def test_eval_columns_every_eval_every_steps(base):
     assert list(evaluated["step"]) == [2, 3]
     assert {"eval_accuracy", "eval_pass@k", "eval_length", "eval_format_rate",
             "eval_truncation"} <= set(result.history.columns)
+    # one column per (family, difficulty) cell of the eval set, each with a glossary entry
+    eval_set = load_split("eval").select(range(0, 200, 25))
+    cells = {f"eval_accuracy_{f}_d{d}" for f, d in zip(eval_set["family"], eval_set["difficulty"])}
+    assert len(cells) > 1 and cells <= set(result.eval_history.columns)
+    assert all(describe(c) for c in cells)

@@ -10,7 +10,8 @@ So each comparison a notebook draws is described by a small JSON spec under ``da
 ``seeds`` (default ``[overrides.seed or 0]``) trains one run per seed, so a plot can show the
 spread between seeds as a band; ``data`` selects task-suite cells for both the train and the eval
 split (default: the whole suite); ``eval_data`` (optional) evaluates on other cells instead, e.g.
-the easy cells a run on the medium ones may forget (``{}`` = the whole eval split). This command trains it and writes the history next to the spec,
+the easy cells a run on the medium ones may forget (``{}`` = the whole eval split);
+``reward_funcs`` (optional) lists dotted names of the reward functions to train on. This command trains it and writes the history next to the spec,
 as ``<spec>.csv`` (one ``seed`` column, the runs one after the other)::
 
     python -m labkit.reference_runs data/runs/04_dapo/dapo.json [more specs...]
@@ -24,6 +25,7 @@ at the steps where an evaluation ran (step 0 is the model before training).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import time
 from pathlib import Path
@@ -46,13 +48,35 @@ def load_spec(path: str | Path) -> dict:
         raise ValueError(f"{path}: a reference run starts from the shipped model, writes only "
                          f"its log and takes its seeds from the spec's 'seeds' list; the "
                          f"overrides may not set {', '.join(refused)}")
-    unknown = set(spec) - {"preset", "overrides", "seeds", "data", "eval_data", "about"}
+    unknown = set(spec) - {"preset", "overrides", "seeds", "data", "eval_data", "reward_funcs",
+                           "about"}
     if unknown:
         raise ValueError(f"{path}: unknown spec keys {sorted(unknown)}")
     seeds = spec.setdefault("seeds", [0])
     if not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
         raise ValueError(f"{path}: 'seeds' must be a non-empty list of integers >= 0")
     return spec
+
+
+def reward_funcs(spec: dict, path) -> list | None:
+    """The spec's ``reward_funcs``: dotted names of reward functions (``"labkit.verifiers.
+    answer_anywhere_reward"``); a name of a class builds it with no arguments (a judge). None:
+    the trainer's default rewards."""
+    names = spec.get("reward_funcs")
+    if names is None:
+        return None
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{path}: 'reward_funcs' must be a non-empty list of dotted names")
+    funcs = []
+    for name in names:
+        module, _, attr = name.rpartition(".")
+        try:
+            obj = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError, ValueError) as err:
+            raise ValueError(f"{path}: reward function {name!r} cannot be imported ({err})") \
+                from err
+        funcs.append(obj() if isinstance(obj, type) else obj)
+    return funcs
 
 
 def run_history(result) -> pd.DataFrame:
@@ -87,7 +111,8 @@ def run_spec(path: str | Path, *, threads: int | None = None) -> Path:
     for seed in spec["seeds"]:
         config = preset(spec["preset"], **{"progress": False, **spec.get("overrides", {}),
                                            "seed": seed})
-        result = train(config, train_dataset=train_data, eval_dataset=eval_data)
+        result = train(config, train_dataset=train_data, eval_dataset=eval_data,
+                       reward_funcs=reward_funcs(spec, path))
         history = run_history(result)
         history.insert(0, "seed", seed)
         histories.append(history)

@@ -53,3 +53,26 @@ def test_a_spec_cannot_resume_or_set_its_seed_in_the_overrides(tmp_path):
         spec.write_text(json.dumps({"preset": "grpo", "overrides": {key: 0}}))
         with pytest.raises(ValueError, match=key):
             load_spec(spec)
+
+
+@pytest.mark.skipif(not TINY_MODEL_DIR.exists(), reason="the shipped tiny model is missing")
+def test_a_spec_names_its_rewards_and_its_eval_cells(tmp_path):
+    spec = tmp_path / "lax.json"
+    spec.write_text(json.dumps({"preset": "grpo", "overrides": {
+        "max_steps": 1, "eval_every": 1, "eval_k": 1, "prompts_per_step": 2,
+        "num_generations": 2, "max_completion_length": 16},
+        "data": {"families": ["add"], "difficulties": [3]},
+        "eval_data": {"families": ["add"], "difficulties": [1, 3]},
+        "reward_funcs": ["labkit.verifiers.format_only_reward"]}))
+    df = load_run(run_spec(spec, threads=1))
+    assert "reward_format_only" in df and "reward_accuracy" not in df
+    assert {"eval_accuracy_add_d1", "eval_accuracy_add_d3"} <= set(df.columns)
+
+
+def test_a_reward_that_cannot_be_imported_is_named(tmp_path):
+    from labkit.reference_runs import reward_funcs
+
+    with pytest.raises(ValueError, match="labkit.verifiers.no_such_reward"):
+        reward_funcs({"reward_funcs": ["labkit.verifiers.no_such_reward"]}, "spec.json")
+    with pytest.raises(ValueError, match="non-empty list"):
+        reward_funcs({"reward_funcs": "labkit.rewards.accuracy_reward"}, "spec.json")

@@ -1,0 +1,320 @@
+"""The run doctor: the classic failures of an RL run, read from its metrics in plain words.
+
+:func:`diagnose` reads a history (``TrainResult.history``, a reference log from
+:func:`labkit.viz.load_run`, or TRL's frame from :mod:`labkit.trl_bridge`) and, with the run's
+``TrainConfig`` when you have it, returns one :class:`Finding` per failure it sees: the metric,
+the first step it showed, what it means, the likely cause, the fix and the notebook that explains
+it. :class:`RunDoctor` is the same check as a trainer callback that prints each finding once,
+while the run trains. :func:`troubleshooting_table` is the README's table, built from the same
+rules, so the two never disagree.
+
+The checks compare means over a window of steps (``window``, default 5) rather than single
+steps: one batch of 16 prompts is noisy (a group of 8 flips from all-wrong to mixed by chance).
+
+===================== ======================== ===============================================
+check                 metric                   fires when (window means)
+===================== ======================== ===============================================
+reward_stuck          frac_reward_zero_std     >= 0.9: nearly every group has equal rewards
+truncation            truncation_rate          >= 0.3 of completions hit the length cap
+entropy_collapse      entropy                  below a quarter of its first window's value
+length_explosion      completion_length        above 3x its first window's value
+policy_drift          kl_old                   > 0.1 nats per token between updates
+reference_drift       kl_ref                   > 0.5 nats per token from the reference
+clip_out_of_range     clip_region              > 0.3 of tokens clipped (token-level ratios)
+nonfinite_steps       skipped_nonfinite        any step skipped for a NaN/inf loss or gradient
+reward_without_skill  reward, accuracy         reward up >= 0.15 while accuracy moves < 0.02
+inert_clip_higher     (config)                 epsilon_high > epsilon on a purely on-policy run
+===================== ======================== ===============================================
+
+The thresholds are the lab's, set from its own runs (``data/runs``): plain GRPO on the medium
+cells keeps frac_reward_zero_std between 0.2 and 0.7, truncation near 0, kl_old 0 (on-policy) and
+its entropy falls from 0.31 to 0.03 nats in 200 steps (``07_exploration/grpo.csv``: the collapse
+the doctor names). GSPO clips 20-50% of its *sequences* by design (arXiv 2507.18071, section 5
+reports clipped fractions two orders of magnitude above GRPO's), so the clip check reads
+token-level runs only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pandas as pd
+
+__all__ = ["CHECKS", "Check", "Finding", "RunDoctor", "diagnose", "troubleshooting_table"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One failure the doctor saw."""
+
+    check: str
+    """name of the check (a key of :data:`CHECKS`)"""
+    metric: str
+    """the history column it read ("config" for a setting)"""
+    step: int | None
+    """first step at which the window mean crossed the threshold (None: a setting)"""
+    value: float | None
+    """the metric's window mean at that step"""
+    message: str
+    """what the doctor sees, with the numbers"""
+    cause: str
+    fix: str
+    notebook: str
+
+    def __str__(self) -> str:
+        where = f"step {self.step}: " if self.step is not None else ""
+        return (f"[{self.check}] {where}{self.message}\n  likely cause: {self.cause}\n"
+                f"  fix: {self.fix}\n  read: {self.notebook}")
+
+
+@dataclass(frozen=True)
+class Check:
+    """A rule of the doctor and the troubleshooting table's row for it."""
+
+    name: str
+    metric: str
+    symptom: str
+    cause: str
+    fix: str
+    notebook: str
+    test: Callable
+    """``test(history, config, window) -> (step, value, message) | None``"""
+
+
+def _smoothed(history: pd.DataFrame, column: str, window: int) -> pd.Series | None:
+    """Window means of a column over the steps that logged it, indexed by step."""
+    if column not in history:
+        return None
+    steps = history["step"] if "step" in history else pd.Series(range(len(history)))
+    series = pd.Series(history[column].to_numpy(dtype=float), index=steps.to_numpy())
+    series = series.dropna()
+    if series.empty:
+        return None
+    return series.rolling(window, min_periods=min(window, len(series))).mean().dropna()
+
+
+def _first_above(means: pd.Series | None, threshold: float):
+    if means is None:
+        return None
+    hits = means[means > threshold]
+    return None if hits.empty else (int(hits.index[0]), float(hits.iloc[0]))
+
+
+def _threshold(column: str, threshold: float, text: str):
+    def test(history, config, window):
+        hit = _first_above(_smoothed(history, column, window), threshold)
+        if hit is None:
+            return None
+        step, value = hit
+        return step, value, text.format(value=value, threshold=threshold)
+    return test
+
+
+def _ratio_to_start(column: str, factor: float, below: bool, text: str):
+    """Fires when the window mean moves past ``factor`` x the first window's mean."""
+    def test(history, config, window):
+        means = _smoothed(history, column, window)
+        if means is None or len(means) < 2:
+            return None
+        start = float(means.iloc[0])
+        if start <= 0:
+            return None
+        later = means.iloc[1:]
+        hits = later[later < factor * start] if below else later[later > factor * start]
+        if hits.empty:
+            return None
+        step, value = int(hits.index[0]), float(hits.iloc[0])
+        return step, value, text.format(value=value, start=start, ratio=value / start)
+    return test
+
+
+def _clip_test(history, config, window):
+    if config is not None and getattr(config, "importance_sampling_level", "token") != "token":
+        return None  # sequence-level ratios clip whole sequences by design (GSPO)
+    return _threshold("clip_region", 0.3,
+                      "{value:.0%} of tokens are clipped (above {threshold:.0%}): the policy "
+                      "moves far from the one that sampled")(history, config, window)
+
+
+def _nonfinite_test(history, config, window):
+    if "skipped_nonfinite" not in history:
+        return None
+    skipped = history["skipped_nonfinite"].fillna(0)
+    if not (skipped > 0).any():
+        return None
+    steps = history["step"] if "step" in history else pd.Series(range(len(history)))
+    first = int(steps[skipped > 0].iloc[0])
+    total = int(skipped.sum())
+    return first, float(total), (f"{total} optimizer step(s) were skipped for a NaN/inf loss or "
+                                 f"gradient (the weights were kept)")
+
+
+def _reward_without_skill(history, config, window):
+    rewards, accuracy = (_smoothed(history, c, window) for c in ("reward", "accuracy"))
+    if rewards is None or accuracy is None or len(rewards) < 2 or len(accuracy) < 2:
+        return None
+    reward_gain = float(rewards.iloc[-1] - rewards.iloc[0])
+    accuracy_gain = float(accuracy.iloc[-1] - accuracy.iloc[0])
+    if reward_gain < 0.15 or accuracy_gain >= 0.02:
+        return None
+    return (int(rewards.index[-1]), reward_gain,
+            f"the trained reward rose by {reward_gain:+.2f} while the strict accuracy moved "
+            f"{accuracy_gain:+.2f}: the policy is learning the reward, not the task")
+
+
+def _inert_clip_higher(history, config, window):
+    if config is None:
+        return None
+    high = getattr(config, "epsilon_high", None)
+    on_policy = (getattr(config, "num_iterations", 1) == 1
+                 and getattr(config, "num_mini_batches", 1) == 1)
+    if high is None or high <= config.epsilon or not on_policy:
+        return None
+    return None, None, (f"epsilon_high = {high} > epsilon = {config.epsilon}, but every batch "
+                        f"is used for one optimizer step: the ratio is exactly 1 and no clip ever "
+                        f"binds, so clip-higher changes nothing")
+
+
+#: The doctor's rules, in the order it reports them.
+CHECKS: tuple[Check, ...] = (
+    Check("reward_stuck", "frac_reward_zero_std",
+          "reward flat, loss ~0, nothing learns",
+          "prompts too easy or too hard for the model (every answer right, or every one wrong), "
+          "or a reward that cannot tell completions apart",
+          "train on cells the model solves sometimes; more generations per prompt; dynamic "
+          "sampling (DAPO); a partial-credit reward",
+          "04_dapo (dynamic sampling), 08_rewards_data (verifiers)",
+          _threshold("frac_reward_zero_std", 0.9,
+                     "{value:.0%} of groups have equal rewards (at least {threshold:.0%}): their "
+                     "advantages are 0 and they teach nothing")),
+    Check("truncation", "truncation_rate",
+          "answers cut off, accuracy falls as length grows",
+          "max_completion_length too short for the answers, or lengths growing without bound",
+          "raise max_completion_length; an overlong filter or soft penalty (DAPO); a length "
+          "reward (GFPO, Kimi, DLER)",
+          "04_dapo (overlong), 06_gfpo_length",
+          _threshold("truncation_rate", 0.3,
+                     "{value:.0%} of completions hit max_completion_length (at least "
+                     "{threshold:.0%})")),
+    Check("entropy_collapse", "entropy",
+          "every sample of a prompt looks the same; pass@k stops rising",
+          "the policy sharpens on its own samples: the clip lets likely tokens grow and caps "
+          "unlikely ones",
+          "clip-higher (epsilon_high), a higher or decaying temperature, top-entropy tokens, "
+          "Clip-Cov/KL-Cov, a reference reset",
+          "07_exploration",
+          _ratio_to_start("entropy", 0.25, True,
+                          "entropy fell to {value:.3f} nats per token, {ratio:.0%} of its "
+                          "starting {start:.3f}")),
+    Check("length_explosion", "completion_length",
+          "answers get longer and longer",
+          "a per-sequence loss (GRPO's 1/|o|) weighs long wrong answers less, or a reward that "
+          "pays for length",
+          "token-level aggregation (dapo, dr_grpo); a length reward or GFPO's filter",
+          "04_dapo (token loss), 06_gfpo_length",
+          _ratio_to_start("completion_length", 3.0, False,
+                          "completions grew to {value:.1f} tokens, {ratio:.1f}x the starting "
+                          "{start:.1f}")),
+    Check("policy_drift", "kl_old",
+          "loss spikes, reward drops after a good start",
+          "updates too large: learning rate too high, or too many passes over one batch",
+          "lower learning_rate; fewer num_iterations or mini-batches; a tighter clip",
+          "01_ppo (batch reuse), 05_gspo",
+          _threshold("kl_old", 0.1,
+                     "the policy moves {value:.3f} nats per token from the sampling policy "
+                     "within one step (above {threshold})")),
+    Check("reference_drift", "kl_ref",
+          "KL to the reference keeps climbing",
+          "beta too small for the learning rate, or a run long past where the reference is useful",
+          "raise beta, or reset the reference (ProRL) / sync it (TR-DPO)",
+          "02_grpo (KL), 07_exploration (reference reset)",
+          _threshold("kl_ref", 0.5,
+                     "KL to the reference reached {value:.3f} nats per token (above "
+                     "{threshold})")),
+    Check("clip_out_of_range", "clip_region",
+          "a large share of tokens clipped",
+          "the policy moves far between sampling and update: learning rate too high or too "
+          "many passes",
+          "lower learning_rate or num_iterations; read clip_low vs clip_high",
+          "01_ppo, 04_dapo (clip-higher)",
+          _clip_test),
+    Check("nonfinite_steps", "skipped_nonfinite",
+          "NaN or inf in the loss or gradient",
+          "a learning rate far too high, float16 overflow, or a reward returning inf/NaN",
+          "lower learning_rate; train in bfloat16 or float32; check the reward functions",
+          "README, Troubleshooting",
+          _nonfinite_test),
+    Check("reward_without_skill", "reward, accuracy",
+          "reward rises, accuracy does not",
+          "reward hacking: the reward pays for something other than a right answer (a lax "
+          "verifier, a judge, a length or format bonus)",
+          "make the verifier strict; watch the strict accuracy, not the reward",
+          "08_rewards_data (verifiers, judge)",
+          _reward_without_skill),
+    Check("inert_clip_higher", "config",
+          "clip-higher set, clip fractions 0",
+          "on-policy training (one optimizer step per batch): the ratio is 1, no clip binds",
+          "use num_mini_batches > 1 or num_iterations > 1, as DAPO does",
+          "04_dapo (clip-higher), 07_exploration",
+          _inert_clip_higher),
+)
+
+
+def diagnose(history: pd.DataFrame, config=None, *, window: int = 5) -> list[Finding]:
+    """The :data:`CHECKS` that fire on ``history`` (and ``config``, for setting checks).
+
+    ``history`` needs a ``step`` column (else rows count as steps) and any of the metric columns;
+    a check whose metric is missing is skipped. A frame with several seeds (a ``seed`` column)
+    is diagnosed seed by seed, and each finding names its seed in the message.
+    """
+    if not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be an integer >= 1 (steps per mean), got {window!r}")
+    if not isinstance(history, pd.DataFrame):
+        raise TypeError(f"history must be a pandas DataFrame, got {type(history).__name__}")
+    if "seed" in history and history["seed"].nunique() > 1:
+        findings = []
+        for seed, part in history.groupby("seed", sort=True):
+            for f in diagnose(part.drop(columns="seed"), config, window=window):
+                findings.append(Finding(f.check, f.metric, f.step, f.value,
+                                        f"seed {seed}: {f.message}", f.cause, f.fix, f.notebook))
+        return findings
+    findings = []
+    for check in CHECKS:
+        hit = check.test(history, config, window)
+        if hit is not None:
+            step, value, message = hit
+            findings.append(Finding(check.name, check.metric, step, value, message, check.cause,
+                                    check.fix, check.notebook))
+    return findings
+
+
+class RunDoctor:
+    """A trainer callback: every ``every`` steps, :func:`diagnose` the history so far and print
+    each new finding once (``trainer.callbacks`` or ``train(..., callbacks=[RunDoctor()])``).
+
+    ``findings`` keeps what it reported, in order.
+    """
+
+    def __init__(self, every: int = 10, window: int = 5, printer=print):
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be an integer >= 1 (steps between checks), got {every!r}")
+        self.every, self.window, self.printer = every, window, printer
+        self.findings: list[Finding] = []
+
+    def __call__(self, trainer, row) -> None:
+        last = row["step"] == trainer.config.max_steps
+        if row["step"] % self.every and not last:
+            return
+        seen = {f.check for f in self.findings}
+        for finding in diagnose(trainer.history, trainer.config, window=self.window):
+            if finding.check not in seen:
+                self.findings.append(finding)
+                self.printer(f"doctor: {finding}")
+
+
+def troubleshooting_table() -> pd.DataFrame:
+    """Symptom -> metric -> cause -> fix -> notebook, one row per check (the README's table)."""
+    return pd.DataFrame([{"symptom": c.symptom, "metric": c.metric, "cause": c.cause,
+                          "fix": c.fix, "notebook": c.notebook, "check": c.name}
+                         for c in CHECKS])

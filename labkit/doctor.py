@@ -158,9 +158,9 @@ def _reward_without_skill(history, config, window):
     accuracy_gain = float(accuracy.iloc[-1] - accuracy.iloc[0])
     if reward_gain < 0.15 or accuracy_gain >= 0.02:
         return None
-    return (int(rewards.index[-1]), reward_gain,
-            f"the trained reward rose by {reward_gain:+.2f} while the strict accuracy moved "
-            f"{accuracy_gain:+.2f}: the policy is learning the reward, not the task")
+    message = (f"the trained reward rose by {reward_gain:+.2f} while the strict accuracy moved "
+               f"{accuracy_gain:+.2f}: the policy is learning the reward, not the task")
+    return int(rewards.index[-1]), reward_gain, message
 
 
 def _inert_clip_higher(history, config, window):

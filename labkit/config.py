@@ -45,6 +45,7 @@ from labkit.losses import (
     KL_ESTIMATORS,
     LOSS_TYPES,
 )
+from labkit.mismatch import MODES as IMPORTANCE_SAMPLING_MODES
 from labkit.models import DTYPES
 from labkit.prompt_sampling import PROMPT_SAMPLERS
 
@@ -56,6 +57,8 @@ ADVANTAGE_ESTIMATORS = (*GROUP_ESTIMATORS, "remax", "gae")
 DIVERSITY_SIMILARITIES = ("ngram", "hidden")
 #: ``cov_penalty`` values (verl's loss-mode names).
 COV_PENALTIES = ("clip_cov", "kl_cov")
+#: ``sampling_dtype`` values: the precision of a sampler that differs from the trainer.
+SAMPLING_DTYPES = ("bfloat16", "float32")
 #: ``lr_scheduler_type`` values (transformers' names).
 LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine")
 
@@ -80,6 +83,20 @@ class TrainConfig:
     """recompute activations in backward: less memory, about a third more compute"""
     seed: int = 0
     """seeds python, torch, the prompt order and the sampling generator: same seed, same CPU run"""
+
+    # ---- LoRA (peft; TRL's ModelConfig names) ---------------------------------------------------
+    use_peft: bool = False
+    """train LoRA adapters (labkit.lora, arXiv 2106.09685) instead of every weight; with beta > 0
+    the reference is the same model with its adapters disabled, not a copy (TRL)"""
+    lora_r: int = 16
+    """LoRA rank r (TRL default 16)"""
+    lora_alpha: float = 32
+    """LoRA alpha: the adapter's update is scaled by lora_alpha / lora_r (TRL default 32)"""
+    lora_dropout: float = 0.05
+    """dropout on the adapters' input (TRL default 0.05)"""
+    lora_target_modules: tuple[str, ...] | str | None = None
+    """module names to adapt, e.g. ("q_proj", "v_proj"); "all-linear" = every linear layer but
+    the output head; None = peft's default for the architecture (q_proj, v_proj on Qwen) (TRL)"""
 
     # ---- which prompts ----------------------------------------------------------------------------
     prompt_sampler: str = "uniform"
@@ -116,6 +133,20 @@ class TrainConfig:
     """nucleus sampling (generation only, as in TRL; 1.0 = off)"""
     top_k: int = 0
     """top-k sampling (generation only; 0 = off)"""
+    sampling_dtype: str | None = None
+    """a sampler that differs from the trainer, as an inference engine does: "bfloat16" (or
+    "float32") = completions are sampled by a copy of the policy in that dtype, synced every
+    step, and its log-probs are the sampling log-probs; None = the policy samples itself"""
+    vllm_importance_sampling_correction: bool = False
+    """weight each token's policy loss by the bounded ratio pi_trainer / pi_sampler
+    (labkit.mismatch; Yao et al. 2025, TRL's name; TRL turns it on by default with vLLM)"""
+    vllm_importance_sampling_mode: str = "sequence_mask"
+    """token_truncate, token_mask, sequence_truncate or sequence_mask: ratio per token or per
+    sequence, clipped to [clip_min, clip_max] (truncate) or zeroed outside it (mask) (TRL)"""
+    vllm_importance_sampling_clip_max: float | None = 3.0
+    """C_max of the correction (TRL default 3.0; None = no upper bound)"""
+    vllm_importance_sampling_clip_min: float | None = None
+    """C_min of the correction (TRL default None = no lower bound)"""
 
     # ---- rewards ---------------------------------------------------------------------------------
     reward_weights: tuple[float, ...] | None = None
@@ -383,8 +414,11 @@ class TrainConfig:
     def _check_values(self):
         for name in ("gradient_checkpointing", "dynamic_sampling", "mask_truncated_completions",
                      "kl_in_reward", "use_bias_correction_kl", "save_on_interrupt", "progress",
-                     "rollback_nonfinite_weights", "sync_ref_model", "rlplus_demonstrations"):
+                     "rollback_nonfinite_weights", "sync_ref_model", "rlplus_demonstrations",
+                     "use_peft", "vllm_importance_sampling_correction"):
             _boolean(self, name)
+        self._check_lora_values()
+        self._check_mismatch_values()
         _text(self, "model_name_or_path")
         _device(self)
         for name in ("output_dir", "resume_from"):
@@ -566,6 +600,7 @@ class TrainConfig:
                     "or save_every=0")
         self._check_length_reward()
         self._check_exploration()
+        self._check_lora_combinations()
         if (self.importance_sampling_level == "sequence"
                 and self.loss_type in ("bnpo", "dr_grpo", "dapo", "cispo")):
             warnings.warn(f"importance_sampling_level='sequence' with loss_type="
@@ -602,6 +637,54 @@ class TrainConfig:
         if self.cov_penalty is not None and self.loss_type not in CLIPPED_LOSS_TYPES:
             _refuse(f"cov_penalty acts on PPO's clipped surrogate; loss_type="
                     f"{self.loss_type!r} is not one: use one of {CLIPPED_LOSS_TYPES}")
+
+    def _check_lora_values(self):
+        _integer(self, "lora_r", low=1)
+        _number(self, "lora_alpha", 0, math.inf, low_open=True)
+        _number(self, "lora_dropout", 0, 1, high_open=True)
+        targets = self.lora_target_modules
+        if targets is None or targets == "all-linear":
+            return
+        ok = (not isinstance(targets, (str, bytes, dict)) and hasattr(targets, "__iter__")
+              and len(tuple(targets)) > 0
+              and all(isinstance(t, str) and t.strip() for t in tuple(targets)))
+        if not ok:
+            raise ValueError(f"lora_target_modules must be None, 'all-linear' or a non-empty "
+                             f"tuple of module names such as ('q_proj', 'v_proj'), got "
+                             f"{targets!r}")
+        object.__setattr__(self, "lora_target_modules", tuple(targets))
+
+    def _check_mismatch_values(self):
+        if self.sampling_dtype is not None:
+            _choice(self, "sampling_dtype", SAMPLING_DTYPES)
+        _choice(self, "vllm_importance_sampling_mode", IMPORTANCE_SAMPLING_MODES)
+        for name in ("vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min"):
+            if getattr(self, name) is not None:
+                _number(self, name, 0, math.inf)
+        high, low = (self.vllm_importance_sampling_clip_max,
+                     self.vllm_importance_sampling_clip_min)
+        if high is not None and low is not None and low > high:
+            _refuse(f"vllm_importance_sampling_clip_min ({low}) exceeds "
+                    f"vllm_importance_sampling_clip_max ({high})")
+
+    def _check_lora_combinations(self):
+        if self.vllm_importance_sampling_correction and self.loss_type == "vespo":
+            _refuse("vllm_importance_sampling_correction with loss_type='vespo': TRL folds the "
+                    "ratio into VESPO's kernel and the lab does not; use another loss_type")
+        if not self.use_peft:
+            return
+        if self.ref_reset_every or self.ref_reset_patience:
+            _refuse("use_peft with ref_reset_every / ref_reset_patience: with LoRA the reference "
+                    "is the frozen base model (adapters disabled), which ProRL's reset cannot "
+                    "move; set them to 0 or use_peft=False")
+        if self.sync_ref_model:
+            _refuse("use_peft with sync_ref_model: with LoRA the reference is the frozen base "
+                    "model (adapters disabled), which TR-DPO's sync cannot move; set "
+                    "sync_ref_model=False or use_peft=False")
+        if self.advantage_estimator == "gae":
+            _refuse("use_peft with advantage_estimator='gae': PPO's critic is a second full copy "
+                    "of the policy's trunk, the memory LoRA exists to save; use a group "
+                    "estimator (grpo, rloo, remax, opo) or use_peft=False")
 
     def _check_length_reward(self):
         kind = self.length_reward

@@ -31,7 +31,7 @@ import torch
 _PROMPT = ("prompt_ids", "prompt_mask")
 _COMPLETION = ("completion_ids", "completion_mask", "loss_mask", "sample_logp",
                "sample_entropy", "token_weights", "old_logp", "ref_logp", "values", "returns",
-               "token_advantages")
+               "token_advantages", "is_weights")
 
 
 @dataclass
@@ -59,6 +59,8 @@ class Experience:
     prompt_index: torch.Tensor | None = None
     demonstrations: torch.Tensor | None = None
     token_weights: torch.Tensor | None = None
+    is_weights: torch.Tensor | None = None
+    """(B, L) sampler/trainer mismatch weights (:mod:`labkit.mismatch`), when corrected"""
     pad_token_id: int = 0
 
     @classmethod

@@ -46,6 +46,14 @@ METRICS = {
     "entropy_high_frac": "share of loss tokens whose entropy exceeds entropy_threshold nats",
     "tokens_masked": "share of loss tokens whose gradient a token filter removed "
                      "(top_entropy_quantile, Clip-Cov, KL-Cov, sampler importance masking)",
+    "sampling_logp_diff": "mean |trainer - sampler| log-prob of the completion tokens "
+                          "(vllm_importance_sampling_correction; TRL's "
+                          "sampling/sampling_logp_difference/mean)",
+    "sampling_logp_diff_max": "largest |trainer - sampler| log-prob of a completion token",
+    "is_ratio_mean": "mean mismatch weight after its bound, over tokens (token_* modes) or "
+                     "sequences (sequence_* modes) (TRL's sampling/importance_sampling_ratio/mean)",
+    "is_corrected_frac": "share of tokens (token_* modes) or sequences (sequence_* modes) whose "
+                         "mismatch ratio the bound truncated or masked",
     "ptx_loss": "PTX: token-mean NLL (nats) of the step's warm-start examples (ptx_coef > 0), "
                 "before the coefficient",
     "value_loss": "PPO critic loss (clipped squared error to the GAE returns)",

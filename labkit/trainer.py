@@ -11,7 +11,9 @@ same way:
    until the batch is full again, for at most ``max_resample_rounds`` extra rounds;
 3. **score forwards** without gradient, only those the configuration needs: the behaviour
    policy's log-probs when the update is off-policy (``num_iterations > 1`` or several
-   mini-batches), the frozen reference's when ``beta != 0``, the critic's values for PPO;
+   mini-batches) or when the sampler/trainer mismatch is corrected (:mod:`labkit.mismatch`,
+   ``sampling_dtype``), the frozen reference's when ``beta != 0`` (with LoRA, the policy with
+   its adapters disabled: :mod:`labkit.lora`), the critic's values for PPO;
 4. **advantages**: a group estimator (:mod:`labkit.advantages`: GRPO, RLOO, ReMax, OPO, GDPO),
    GFPO's filtered groups (:mod:`labkit.filters`), or GAE with the critic (whitened);
 5. **update**: ``num_iterations`` passes, each split into ``num_mini_batches`` optimizer steps,
@@ -101,8 +103,10 @@ from labkit.forward import (
     length_packed_micro_batches,
 )
 from labkit.length_control import length_shaped_rewards
+from labkit.lora import adapters_disabled, wrap_with_lora
 from labkit.losses import kl_estimate, policy_loss, value_loss
 from labkit.metrics import METRICS, TIMING_COLUMNS, StepStats
+from labkit.mismatch import mismatch_metrics, mismatch_weights
 from labkit.models import FORMAT_TAGS, ValueModel, load_policy
 from labkit.prompt_sampling import make_sampler
 from labkit.ptx import PTXData, ptx_nll
@@ -159,11 +163,19 @@ class Trainer:
         random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
         self.model, self.tokenizer = self._policy(model, tokenizer)
+        if cfg.use_peft:  # fresh adapters (seeded above); only they train (labkit.lora)
+            self.model = wrap_with_lora(self.model, cfg)
         self.device = next(self.model.parameters()).device
         self._set_data(train_dataset, eval_dataset, reward_funcs)
         self.callbacks = list(callbacks)
-        # Only the models the configuration needs: a frozen reference only when beta != 0.
-        self.ref_model = _frozen_copy(self.model) if cfg.needs_reference else None
+        # Only the models the configuration needs: a frozen reference only when beta != 0, and
+        # none with LoRA, whose reference is the same model with its adapters disabled.
+        self.ref_model = (_frozen_copy(self.model) if cfg.needs_reference and not cfg.use_peft
+                          else None)
+        # A sampler that differs from the trainer (an inference engine's stand-in), synced every
+        # step: a copy of the policy in sampling_dtype.
+        self.sampling_model = (_frozen_copy(self.model).to(getattr(torch, cfg.sampling_dtype))
+                               if cfg.sampling_dtype else None)
         self.value_model = ValueModel(self.model) if cfg.advantage_estimator == "gae" else None
         self.optimizer, self.scheduler = self._optimizer()
         self.sampler = make_sampler(cfg.prompt_sampler, self.train_dataset, cfg.seed,
@@ -369,7 +381,7 @@ class Trainer:
         self.temperature = temperature_at(self.step, cfg.max_steps, cfg.temperature,
                                           cfg.temperature_final, cfg.temperature_schedule)
         batch, row = self.sample_and_score()                 # 1-2
-        self.score_forwards(batch)                           # 3
+        row.update(self.score_forwards(batch))               # 3
         row.update(self.compute_advantages(batch))           # 4
         learning_rate = self.optimizer.param_groups[0]["lr"]
         with self.guard:                                     # 5, never half applied
@@ -395,11 +407,12 @@ class Trainer:
         per_prompt = cfg.num_generations
         kept, sampled = [], []
         needed, rounds, dropped, generation_time = cfg.prompts_per_step, 0, 0, 0.0
+        sampling_model = self._synced_sampling_model()
         while True:
             indices = self.sampler.take(needed)
             rows = self.train_dataset[indices]
             tic = time.perf_counter()
-            rollout = generate(self.model, self.tokenizer, rows["prompt"],
+            rollout = generate(sampling_model, self.tokenizer, rows["prompt"],
                                num_generations=per_prompt,
                                max_completion_length=cfg.max_completion_length,
                                temperature=self.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
@@ -445,6 +458,17 @@ class Trainer:
         row.update(groups_dropped=dropped, resample_rounds=rounds,
                    generation_time=generation_time)
         return batch, row
+
+    def _synced_sampling_model(self):
+        """The model that samples: the policy, or (``sampling_dtype``) its copy in another
+        dtype with this step's weights copied in (cast), as a trainer pushes weights to vLLM."""
+        if self.sampling_model is None:
+            return self.model
+        with torch.no_grad():
+            for copy_, weight in zip(self.sampling_model.parameters(), self.model.parameters(),
+                                     strict=True):
+                copy_.copy_(weight)
+        return self.sampling_model
 
     def _demonstrations(self, rows: dict) -> list[str]:
         """RL-PLUS's external demonstration of each prompt: the dataset's ``solution`` column,
@@ -535,25 +559,38 @@ class Trainer:
         return row
 
     # ---- 3. score forwards -----------------------------------------------------------------------
-    def score_forwards(self, batch: Experience) -> None:
-        """No-grad forwards the update needs, and only those."""
+    def score_forwards(self, batch: Experience) -> dict:
+        """No-grad forwards the update needs, and only those; returns the sampler/trainer
+        mismatch metrics when the correction is on (else ``{}``)."""
         cfg = self.config
         if len(batch) == 0:
-            return
+            return {}
         temperature = self.temperature
-        # demonstrations were not sampled by the policy: the old policy must score them
-        if cfg.off_policy or cfg.rlplus_demonstrations:
+        # demonstrations were not sampled by the policy: the old policy must score them; the
+        # mismatch correction compares the trainer's old log-probs with the sampler's (TRL)
+        if (cfg.off_policy or cfg.rlplus_demonstrations
+                or cfg.vllm_importance_sampling_correction):
             batch.old_logp = self._no_grad(batch, lambda mb: completion_logprobs(
                 self.model, mb, temperature, self._share_prompts))
             if cfg.rlplus_demonstrations:  # their "sampling" log-probs are the old policy's
                 demo = batch.demonstrations[:, None]
                 batch.sample_logp = torch.where(demo, batch.old_logp, batch.sample_logp)
-        if self.ref_model is not None:
-            batch.ref_logp = self._no_grad(batch, lambda mb: completion_logprobs(
-                self.ref_model, mb, temperature, self._share_prompts))
+        if cfg.needs_reference:  # LoRA: the policy itself with its adapters off
+            with adapters_disabled(self.ref_model if self.ref_model is not None
+                                   else self.model) as reference:
+                batch.ref_logp = self._no_grad(batch, lambda mb: completion_logprobs(
+                    reference, mb, temperature, self._share_prompts))
         if self.value_model is not None:
             batch.values = self._no_grad(batch, lambda mb: completion_values(
                 self.value_model, mb, self._share_prompts))
+        if not cfg.vllm_importance_sampling_correction:
+            return {}
+        mode = cfg.vllm_importance_sampling_mode
+        batch.is_weights, corrected = mismatch_weights(
+            batch.old_logp, batch.sample_logp, batch.completion_mask, mode,
+            cfg.vllm_importance_sampling_clip_max, cfg.vllm_importance_sampling_clip_min)
+        return mismatch_metrics(batch.old_logp, batch.sample_logp, batch.completion_mask,
+                                batch.is_weights, corrected, mode)
 
     @property
     def _share_prompts(self) -> bool:
@@ -720,6 +757,8 @@ class Trainer:
             if not _finite_where(mb.loss_mask, logp, mb.old_logp, mb.ref_logp):
                 return False
             weights, penalty, filtered = self._token_filters(logp, mb)
+            if mb.is_weights is not None:  # sampler/trainer mismatch correction (TRL's place)
+                weights = mb.is_weights if weights is None else weights * mb.is_weights
             if filtered is not None:
                 stats.add("tokens_masked", filtered[mb.loss_mask.bool()].float().mean(),
                           mb.loss_mask.sum())

@@ -150,6 +150,12 @@ DERIVED_FIELDS = {
     "save_every": "save_strategy='steps', save_steps in optimizer steps",
     "progress": "disable_tqdm",
     "model_name_or_path": "the model train_with_trl loads when given none",
+    "use_peft": "peft_config = labkit.lora.lora_config(config), given to GRPOTrainer by "
+                "train_with_trl (TRL's ModelConfig/get_peft_config names)",
+    "lora_r": "peft_config's r",
+    "lora_alpha": "peft_config's lora_alpha",
+    "lora_dropout": "peft_config's lora_dropout",
+    "lora_target_modules": "peft_config's target_modules",
 }
 
 #: Lab-only settings: ``field -> (value that TRL's GRPOTrainer also has, {value: why not})``.
@@ -208,6 +214,10 @@ LAB_ONLY = {
         "TRL draws prompts uniformly (its RepeatSampler); the lab's curriculum, prioritized and "
         "multi-task samplers (labkit.prompt_sampling) have no GRPOConfig setting: order or "
         "weight the dataset yourself")),
+    "sampling_dtype": (None, (
+        "the lab's stand-in for an inference engine (a sampler in another dtype); TRL samples "
+        "with the trained model itself, or with vLLM (use_vllm=True, vllm_importance_sampling_* "
+        "correct the mismatch there)")),
     "resume_from": (None, (
         "a lab checkpoint cannot resume a TRL run: TRL resumes its own with "
         "trainer.train(resume_from_checkpoint=...)")),
@@ -247,6 +257,11 @@ NOT_CARRIED = {
     "save_on_interrupt": "lab checkpointing; TRL saves on its save_strategy",
     "max_nonfinite_steps": "the lab skips NaN/inf steps; TRL has no such guard",
     "rollback_nonfinite_weights": "the lab's NaN/inf guard; TRL has none",
+    "vllm_importance_sampling_correction": "TRL applies it to vLLM samples only (use_vllm, "
+                                           "which the bridge leaves to overrides)",
+    "vllm_importance_sampling_mode": "vllm_importance_sampling_correction only",
+    "vllm_importance_sampling_clip_max": "vllm_importance_sampling_correction only",
+    "vllm_importance_sampling_clip_min": "vllm_importance_sampling_correction only",
 }
 
 #: TRL knobs the lab does not have, pinned to the lab's behaviour so that TRL's defaults cannot
@@ -658,6 +673,7 @@ def train_with_trl(config: TrainConfig, *, model=None, tokenizer=None, train_dat
     """
     from trl import GRPOTrainer
 
+    from labkit.lora import lora_config
     from labkit.models import load_policy
     from labkit.tasks import load_split
 
@@ -689,7 +705,8 @@ def train_with_trl(config: TrainConfig, *, model=None, tokenizer=None, train_dat
         warnings.filterwarnings("ignore", message=".*loss_type.*")
         trainer = trainer_class(model=model, reward_funcs=run.reward_funcs, args=run.args,
                                 train_dataset=train_dataset, processing_class=tokenizer,
-                                callbacks=[history.callback, *callbacks])
+                                callbacks=[history.callback, *callbacks],
+                                peft_config=lora_config(config))
     if not config.progress:  # as quiet as the lab's trainer: no per-step log dicts on stdout
         from transformers.trainer_callback import PrinterCallback
 

@@ -288,12 +288,20 @@ _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 _HINTS = typing.get_type_hints(TrainConfig)
 
 
+class _Opaque:
+    """An object no config field accepts, with a repr that is the same in every process (pytest-xdist
+    requires the same test ids on every worker; ``object()``'s repr carries its address)."""
+
+    def __repr__(self):
+        return "opaque"
+
+
 def _bad_values(name):
     hint = _HINTS[name]
     optional = type(None) in typing.get_args(hint)
     base_type = next((t for t in typing.get_args(hint) if t is not type(None)), hint)
     base_type = typing.get_origin(base_type) or base_type
-    values = [object(), {"a": 1}]
+    values = [_Opaque(), {"a": 1}]
     if base_type is bool:
         values += ["False", "true", 0, 1]
     elif base_type is int:

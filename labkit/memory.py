@@ -1,0 +1,511 @@
+"""A memory planner: what a training run will hold in memory, component by component, before launch.
+
+:func:`memory_plan` reads a model's architecture (a ``transformers`` config, or a name
+:func:`labkit.models.load_model_config` knows, offline for the shipped Qwen shapes) and a
+:class:`labkit.config.TrainConfig`, and returns a table: one row per component, its bytes, GiB
+and the formula in words, then the total. :func:`gpu_table` / :func:`gpu_fits` compare the total
+with GPU sizes and :func:`plot_memory_plan` draws the bill as stacked bars.
+
+Symbols (read from the model config; ``s`` = bytes per element of the training dtype, 4 for
+float32, 2 for bfloat16):
+
+=======  ==========================================  ===========  ============
+symbol   meaning                                     tiny Qwen    Qwen2.5-0.5B
+=======  ==========================================  ===========  ============
+``L``    decoder layers (``num_hidden_layers``)      4            24
+``d``    hidden size (``hidden_size``)               128          896
+``d_ff`` MLP width (``intermediate_size``)           384          4,864
+``V``    vocabulary (``vocab_size``)                 104          151,936
+``h``    query heads (``num_attention_heads``)       4            14
+``h_kv`` key/value heads (``num_key_value_heads``)   2            2
+``hd``   head dimension (``head_dim``, d / h)        32           64
+``N``    parameters (tied embeddings counted once)   0.8 M        494 M
+``r``    LoRA rank (``lora_r``, with ``use_peft``)
+``n``    trainable parameters: N, or the adapters'   N            N
+=======  ==========================================  ===========  ============
+
+Run sizes (from the TrainConfig): ``G`` = ``num_generations``, ``p`` = ``prompts_per_step`` (all
+sampled in one batch by :func:`labkit.rollout.generate`), ``P`` = prompt length (the argument
+``prompt_length``), ``C`` = ``max_completion_length``, ``T = P + C``, ``b`` = completions per
+micro-batch (``micro_batch_size``, else the whole mini-batch), ``c`` = rows of one chunk of the
+chunked log-probs (``2**24 // V``, at most ``b (C + 1)``).
+
+===========================  =========================================================  ==========
+component                    bytes                                                      live in
+===========================  =========================================================  ==========
+weights                      ``N s`` (+ ``4 n`` for float32 LoRA adapters)              all phases
+gradients                    ``n s_n`` (``s_n`` = bytes of a trainable parameter)       train, step
+optimizer state              AdamW: ``2 n s_n`` (exp_avg, exp_avg_sq); SGD: 0           all phases
+optimizer step temporaries   ``n s_n`` (``rollback_nonfinite_weights``' copy) + AdamW's  step
+                             ``sqrt(exp_avg_sq)``: ``n s_n`` on CUDA (foreach), twice
+                             the largest tensor on the CPU (one tensor at a time)
+activations                  ``b T a_L`` per layer x L, with checkpointing ``b T d s``    train
+                             per layer x L + one layer's ``b T a_L``; + ``2 b T d s``
+                             (final norm, output layer input)
+logits                       ``2 b (C+1) V s`` (logits and their gradient) +            train
+                             ``2 c V 4`` (two float32 chunks of :mod:`labkit.logprobs`)
+KV cache (sampling)          ``G p T L h_kv hd 2 s`` (keys and values)                  sampling
+sampling logits              ``5 G p V 4`` (float32 logits, scaled, log-softmax,         sampling
+                             its exp and the entropy product, one decoding step)
+reference model              ``N s`` when beta > 0 without LoRA; 0 when beta = 0 or     all phases
+                             with LoRA (the base with adapters disabled)
+critic (PPO)                 ``N_c s (1 + 1 + 2)`` weights, gradients, AdamW state;      all phases
+                             ``N_c`` = N minus an untied output layer, plus ``d + 1``
+critic activations (PPO)     ``L b T a_L + b T d s`` (same trunk, no logits)             train
+total                        the largest phase: sampling, train (forward + backward of  --
+                             one micro-batch) or step (clip + AdamW update)
+===========================  =========================================================  ==========
+
+Activations per layer and token, ``a_L`` (bytes). Korthikanti et al. 2022, "Reducing Activation
+Recomputation in Large Transformer Models" (arXiv 2205.05198), section 4.1, eq. 1, count
+``34 d + 5 h T`` bytes per token per layer for a GPT layer in 16-bit (attention 11 d + 5 h T,
+MLP 19 d, two LayerNorms 4 d), and eq. 2 divides parts of it by the tensor-parallel size; with
+full recomputation (section 4.3) only each layer's input ``2 d`` stays. Adapted here to a Qwen
+decoder layer as ``transformers`` runs it, element by element:
+
+* no dropout (Qwen trains with dropout 0): the ``d + 2 h T`` bytes of dropout masks go, and so
+  does the ``h T`` score/softmax term, because the SDPA kernels (flash or memory-efficient, CPU
+  and CUDA) keep only the log-sum-exp, ``4 h`` bytes per token, not the ``T x T`` scores;
+* grouped-query attention: keys and values are projected at ``h_kv`` heads, but with a padding
+  mask ``transformers`` repeats them to ``h`` heads before SDPA (``repeat_kv``), and the saved
+  copies are the repeated ones: ``q, k, v`` = ``3 h hd s``; SDPA's output and the ``o_proj`` input
+  (a contiguous copy of it) = ``2 h hd s``; the q/k/v input ``d s``;
+* RMSNorm instead of LayerNorm, each of the two keeping its float32 input ``4 d``, its normalised
+  value ``d s`` (for the weight's gradient) and ``4`` bytes of inverse RMS; Qwen3's per-head
+  q/k norms add ``(h + h_kv) hd (4 + s) + 4 (h + h_kv)``;
+* SwiGLU instead of GeLU with ``4 d``: the MLP keeps its input ``d s``, the gate output, SiLU's
+  output, the up output and the down input, ``4 d_ff s``.
+
+So ``a_L = s (2 d + 5 h hd + 4 d_ff) + 4 (2 d + 2 + h)`` (+ Qwen3's q/k norms); ``T`` is the
+whole ``[prompt | completion]`` row. LoRA keeps the same activations (the frozen layers still
+carry the gradient back to the adapters below; an upper bound when few modules are adapted), plus,
+with ``lora_dropout > 0``, each adapted module's dropped input ``s`` and mask ``1`` byte per input
+feature (in every layer; with gradient checkpointing, in the one layer being recomputed).
+
+What the lab does, and the planner follows: the model trains in one dtype, with no float32 master
+weights: in bfloat16 the weights, gradients and both AdamW moments are bfloat16 (``torch.optim.
+AdamW`` allocates its moments like the parameter), 8 bytes per parameter, not the 16 of
+mixed-precision training with float32 master weights and moments (DeepSpeed, Megatron). peft
+keeps LoRA adapters in float32 under a bfloat16 base (``autocast_adapter_dtype``), so adapters,
+their gradients and moments cost 16 bytes per adapter parameter. Gradients are set to None after
+each optimizer step, so sampling never holds them; the AdamW state stays. The planner counts the
+training forward as one plain ``[prompt | completion]`` forward (the trainer's shared-prompt
+forward is a little smaller; with gradient checkpointing the trainer uses the plain one), and
+gradients, activations and logits at once (exact from the second micro-batch of a step on).
+
+What the planner leaves out: the Python/torch runtime (about 0.4-0.5 GiB of process memory on a
+CPU, the CUDA context on a GPU, neither counted by ``torch.cuda.max_memory_allocated``), the
+allocator's fragmentation and caching, the data, the tokenizer, and transients smaller than a
+chunk (masks, positions, per-token scalars).
+
+Measured against one real trainer step (``python -m labkit.bench_memory``; CPU, float32, seed 0,
+one thread, 2 prompts x G = 2 completions of at most 16 tokens, prompts of 30 tokens; measured =
+the peak RSS minus the RSS before the model was built, after a warm-up step of the tiny Qwen had
+loaded the runtime, about 0.5 GiB of baseline the planner leaves out):
+
+==================  ==========  ===========  =======  ==============  ========================
+model               planned     measured     error    largest phase   step time (1 thread)
+==================  ==========  ===========  =======  ==============  ========================
+tiny Qwen (0.8 M)   0.021 GiB   0.019 GiB    +9%      train           0.1 s
+Qwen2.5-0.5B shape  10.22 GiB   10.36 GiB    -1.4%    optimizer step  39 s (random weights)
+==================  ==========  ===========  =======  ==============  ========================
+
+At the 0.5B shape in float32 the optimizer step is the peak: weights, gradients and both moments
+(7.36 GiB) plus the rollback copy (1.84 GiB) and AdamW's per-tensor temporaries (two copies of
+the 0.54 GiB embedding). At this size the RSS follows the planner within 2%; at the tiny size
+the C allocator's page reuse moves the RSS by megabytes, hence ``tests/test_memory.py``'s factor
+of 2. A GPU run (``--device cuda``, ``torch.cuda.max_memory_allocated``) has not been measured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import pandas as pd
+
+__all__ = [
+    "GPU_SIZES_GIB",
+    "OPTIMIZERS",
+    "PHASES",
+    "gpu_fits",
+    "gpu_table",
+    "lora_trainable_parameters",
+    "memory_plan",
+    "model_parameters",
+    "phase_totals",
+    "plot_memory_plan",
+]
+
+GIB = 2**30
+#: GPU memory sizes (GiB) the lab's figures mark: a T4/V100-16, a 24 GB consumer card (RTX
+#: 3090/4090, A10), an A100-40GB and an 80 GB A100/H100.
+GPU_SIZES_GIB = (16, 24, 40, 80)
+#: ``optimizer`` values: AdamW keeps two moments per trainable parameter, plain SGD none.
+OPTIMIZERS = ("adamw", "sgd")
+#: The phases of a step whose peaks the total compares.
+PHASES = ("sampling", "train", "step")
+#: Model types whose decoder layer the formulas describe (Llama-style: RMSNorm, GQA, SwiGLU).
+SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3", "llama", "mistral")
+#: Projections of a decoder layer that LoRA can adapt: name -> (in features, out features).
+_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+#: peft's default targets for Llama-style models (its TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES
+#: _MAPPING for qwen2, qwen3 and llama).
+_PEFT_DEFAULT_TARGETS = ("q_proj", "v_proj")
+_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
+# float32 elements per chunk of the chunked log-probs (labkit.logprobs._CHUNK_ELEMENTS)
+_CHUNK_ELEMENTS = 2**24
+
+
+class _Shape:
+    """The model-size symbols of the module docstring, read from a transformers config."""
+
+    def __init__(self, config):
+        model_type = getattr(config, "model_type", None)
+        if model_type not in SUPPORTED_MODEL_TYPES:
+            raise ValueError(f"model_config_or_name must describe one of "
+                             f"{', '.join(SUPPORTED_MODEL_TYPES)} (Llama-style decoders), got "
+                             f"model_type={model_type!r}")
+        self.model_type = model_type
+        self.L = config.num_hidden_layers
+        self.d = config.hidden_size
+        self.d_ff = config.intermediate_size
+        self.V = config.vocab_size
+        self.h = config.num_attention_heads
+        self.h_kv = getattr(config, "num_key_value_heads", None) or self.h
+        self.hd = getattr(config, "head_dim", None) or self.d // self.h
+        self.tied = bool(getattr(config, "tie_word_embeddings", False))
+        # Qwen2 always has q/k/v biases; the others say so in attention_bias
+        self.qkv_bias = model_type == "qwen2" or bool(getattr(config, "attention_bias", False))
+        self.mlp_bias = bool(getattr(config, "mlp_bias", False))
+        self.qk_norm = model_type == "qwen3"
+
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in features, out features) of each projection of one layer."""
+        d, q, kv, ff = self.d, self.h * self.hd, self.h_kv * self.hd, self.d_ff
+        return {"q_proj": (d, q), "k_proj": (d, kv), "v_proj": (d, kv), "o_proj": (q, d),
+                "gate_proj": (d, ff), "up_proj": (d, ff), "down_proj": (ff, d)}
+
+    def layer_parameters(self) -> int:
+        shapes = self.linear_shapes()
+        weights = sum(i * o for i, o in shapes.values())
+        biases = (self.h + 2 * self.h_kv) * self.hd if self.qkv_bias else 0
+        if self.mlp_bias:
+            biases += 2 * self.d_ff + self.d
+        norms = 2 * self.d + (2 * self.hd if self.qk_norm else 0)
+        return weights + biases + norms
+
+    def parameters(self, with_output_layer: bool = True) -> int:
+        embedding = self.V * self.d
+        output = 0 if self.tied or not with_output_layer else self.V * self.d
+        return embedding + self.L * self.layer_parameters() + self.d + output
+
+    def activation_bytes_per_token(self, s: int) -> int:
+        """a_L: bytes one layer keeps for backward per token (module docstring)."""
+        d, h, hd, ff = self.d, self.h, self.hd, self.d_ff
+        total = s * (2 * d + 5 * h * hd + 4 * ff) + 4 * (2 * d + 2 + h)
+        if self.qk_norm:
+            heads = self.h + self.h_kv
+            total += heads * hd * (4 + s) + 4 * heads
+        return total
+
+
+def _config(model_config_or_name):
+    if isinstance(model_config_or_name, str):
+        from labkit.models import load_model_config
+
+        return load_model_config(model_config_or_name)
+    if not hasattr(model_config_or_name, "num_hidden_layers"):
+        raise ValueError(f"model_config_or_name must be a transformers config or a model name "
+                         f"(e.g. 'tiny', 'Qwen/Qwen2.5-0.5B-Instruct'), got "
+                         f"{type(model_config_or_name).__name__}")
+    return model_config_or_name
+
+
+def model_parameters(model_config_or_name) -> int:
+    """N: parameters of the causal LM the config describes, tied embeddings counted once."""
+    return _Shape(_config(model_config_or_name)).parameters()
+
+
+def lora_trainable_parameters(model_config_or_name, r: int, target_modules=None) -> int:
+    """Adapter parameters of LoRA at rank ``r``: ``r (in + out)`` per adapted projection per layer
+    (A is r x in, B is out x r, no bias).
+
+    ``target_modules``: projection names (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``,
+    ``gate_proj``, ``up_proj``, ``down_proj``), ``"all-linear"`` (all seven; peft's shorthand,
+    which leaves the output layer out), or None (peft's default for these models: q_proj,
+    v_proj).
+    """
+    shape = _Shape(_config(model_config_or_name))
+    if not isinstance(r, int) or isinstance(r, bool) or r < 1:
+        raise ValueError(f"r (lora_r) must be an integer >= 1, got {r!r}")
+    names = _targets(target_modules)
+    shapes = shape.linear_shapes()
+    return shape.L * sum(r * (shapes[n][0] + shapes[n][1]) for n in names)
+
+
+def _targets(target_modules) -> tuple[str, ...]:
+    if target_modules is None:
+        return _PEFT_DEFAULT_TARGETS
+    if target_modules == "all-linear":
+        return _LINEARS
+    names = (target_modules,) if isinstance(target_modules, str) else tuple(target_modules)
+    unknown = [n for n in names if n not in _LINEARS]
+    if not names or unknown:
+        raise ValueError(f"lora_target_modules must be 'all-linear', None or names among "
+                         f"{', '.join(_LINEARS)}; got {target_modules!r}")
+    return tuple(dict.fromkeys(names))
+
+
+def _dtype_bytes(dtype: str, device: str) -> tuple[str, int]:
+    if dtype == "auto":  # labkit.models.pick_dtype: bfloat16 on (recent) GPUs, float32 elsewhere
+        dtype = "bfloat16" if device == "cuda" else "float32"
+    if dtype not in _BYTES:
+        raise ValueError(f"dtype must be 'auto' or one of {', '.join(_BYTES)}, got {dtype!r}")
+    return dtype, _BYTES[dtype]
+
+
+def memory_plan(model_config_or_name, train_config=None, *, prompt_length: int | None = None,
+                optimizer: str = "adamw", device: str = "cuda") -> pd.DataFrame:
+    """The memory bill of one training step, one row per component (module docstring's table).
+
+    Args:
+        model_config_or_name: a ``transformers`` config of a Llama-style decoder (Qwen2, Qwen3,
+            Llama, Mistral), or a name for :func:`labkit.models.load_model_config` (``"tiny"``,
+            ``"Qwen/Qwen2.5-0.5B-Instruct"``...).
+        train_config: a :class:`labkit.config.TrainConfig` (None = the default GRPO); read:
+            dtype, LoRA (``use_peft``, ``lora_r``, ``lora_target_modules``, ``lora_dropout``), G,
+            prompts per step, micro_batch_size, num_mini_batches, max_completion_length,
+            gradient_checkpointing, beta, advantage_estimator, rollback_nonfinite_weights.
+        prompt_length: P, tokens of the longest prompt (chat template included); None = 256, a
+            round budget for a GSM8K-style question in Qwen's tokenizer. Measure yours.
+        optimizer: ``"adamw"`` (the trainer's) or ``"sgd"`` (no state: a lower bound).
+        device: ``"cuda"`` or ``"cpu"``: what ``dtype="auto"`` resolves to (bfloat16 / float32)
+            and how AdamW steps (all tensors at once on CUDA, one at a time on the CPU).
+
+    Returns a DataFrame indexed by component with columns ``bytes`` (int), ``GiB``, ``phases``
+    (when the component is live: sampling, train, step) and ``formula``; the last row,
+    ``total``, is the largest phase (see :func:`phase_totals`), not the column's sum. A component
+    that does not exist in this configuration (no reference model at beta = 0, no critic
+    without PPO) has no row.
+    """
+    from labkit.config import TrainConfig
+
+    cfg = TrainConfig() if train_config is None else train_config
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(f"train_config must be a labkit.config.TrainConfig, got "
+                         f"{type(cfg).__name__}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {', '.join(map(repr, OPTIMIZERS))}, got "
+                         f"{optimizer!r}")
+    if device not in ("cuda", "cpu"):
+        raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
+    if prompt_length is None:
+        prompt_length = 256
+    if not isinstance(prompt_length, int) or isinstance(prompt_length, bool) or prompt_length < 1:
+        raise ValueError(f"prompt_length must be an integer >= 1 (tokens), got {prompt_length!r}")
+    shape = _Shape(_config(model_config_or_name))
+    dtype, s = _dtype_bytes(cfg.dtype, device)
+
+    n_params = shape.parameters()
+    # LoRA is on with use_peft (TRL's switch); lora_r alone is only the rank it would use
+    lora = bool(getattr(cfg, "use_peft", False)) and (getattr(cfg, "lora_r", 0) or 0) > 0
+    lora_r = cfg.lora_r if lora else 0
+    targets = _targets(getattr(cfg, "lora_target_modules", None)) if lora else ()
+    # peft's autocast_adapter_dtype: adapters are float32 under a 16-bit base
+    s_n = 4 if lora else s
+    n_train = n_params
+    if lora:
+        shapes = shape.linear_shapes()
+        n_train = shape.L * sum(lora_r * (shapes[n][0] + shapes[n][1]) for n in targets)
+    G, p, C, P = cfg.num_generations, cfg.prompts_per_step, cfg.max_completion_length, \
+        prompt_length
+    T = P + C
+    b = cfg.micro_batch_size or cfg.mini_batch_size
+    a_layer = shape.activation_bytes_per_token(s)
+    L, d, V = shape.L, shape.d, shape.V
+    adamw = optimizer == "adamw"
+
+    rows = []
+
+    def add(name, value, phases, formula):
+        rows.append({"component": name, "bytes": int(value), "phases": phases,
+                     "formula": formula})
+
+    all_phases = "sampling, train, step"
+    add("weights", n_params * s + (n_train * 4 if lora else 0), all_phases,
+        f"N x s = {n_params:,} x {s} ({dtype})"
+        + (f" + LoRA adapters n x 4 = {n_train:,} x 4 (float32, rank {lora_r}, "
+           f"{'/'.join(targets)})" if lora else ""))
+    add("gradients", n_train * s_n, "train, step",
+        f"n x s_n = {n_train:,} trainable x {s_n}"
+        + (" (adapters only)" if lora else ""))
+    add("optimizer state", 2 * n_train * s_n if adamw else 0, all_phases,
+        f"AdamW: 2 moments x n x s_n = 2 x {n_train:,} x {s_n} (in the parameters' dtype; no "
+        f"float32 master copy)" if adamw else "SGD: no state")
+    backup = n_train * s_n if cfg.rollback_nonfinite_weights else 0
+    if adamw:
+        largest = _largest_trainable(shape, targets, lora_r) * s_n
+        temp = n_train * s_n if device == "cuda" else 2 * largest
+        how = ("sqrt(exp_avg_sq) of all tensors at once (foreach): n x s_n" if device == "cuda"
+               else f"sqrt(exp_avg_sq) one tensor at a time: 2 x the largest ({largest:,} B)")
+    else:
+        temp, how = 0, "SGD: none"
+    add("optimizer step temporaries", backup + temp, "step",
+        (f"rollback copy of the trainable weights n x s_n = {backup:,} B; "
+         if backup else "no rollback copy; ") + how)
+    per_layer = b * T * a_layer
+    if cfg.gradient_checkpointing:
+        activations = L * b * T * d * s + per_layer
+        act_formula = (f"checkpointing: L x b x T x d x s (layer inputs) + one layer's b x T x "
+                       f"a_L = {L} x {b} x {T} x {d} x {s} + {b} x {T} x {a_layer}")
+    else:
+        activations = L * per_layer
+        act_formula = f"L x b x T x a_L = {L} x {b} x {T} x {a_layer} B/token"
+    activations += 2 * b * T * d * s
+    lora_dropout = getattr(cfg, "lora_dropout", 0.0) or 0.0
+    if lora and lora_dropout > 0:
+        inputs = sum(shape.linear_shapes()[n][0] for n in targets)
+        # With checkpointing only the layer being recomputed holds its dropped inputs and masks.
+        layers = 1 if cfg.gradient_checkpointing else L
+        activations += layers * b * T * inputs * (s + 1)
+        act_formula += f" + dropout: {layers} x b x T x {inputs} inputs x (s + 1)"
+    add("activations", activations, "train",
+        act_formula + f" + final norm and output-layer input 2 x b x T x d x s (T = P + C = "
+        f"{P} + {C}, b = {b})")
+    rows_logits = b * (C + 1)
+    chunk_rows = min(rows_logits, max(1, _CHUNK_ELEMENTS // max(V, 1)))
+    add("logits", 2 * rows_logits * V * s + 2 * chunk_rows * V * 4, "train",
+        f"logits and their gradient 2 x b x (C+1) x V x s = 2 x {b} x {C + 1} x {V:,} x {s}"
+        f" + two float32 chunks 2 x {chunk_rows} rows x V x 4")
+    in_flight = G * p
+    add("KV cache (sampling)", in_flight * T * L * shape.h_kv * shape.hd * 2 * s, "sampling",
+        f"G x p x T x L x h_kv x hd x 2 x s = {G} x {p} x {T} x {L} x {shape.h_kv} x "
+        f"{shape.hd} x 2 x {s}")
+    add("sampling logits", 5 * in_flight * V * 4, "sampling",
+        f"5 float32 (G p, V) buffers of one decoding step = 5 x {in_flight} x {V:,} x 4")
+    if cfg.needs_reference and not lora:
+        add("reference model", n_params * s, all_phases, f"a frozen copy: N x s = "
+            f"{n_params:,} x {s}")
+    if cfg.advantage_estimator == "gae":
+        n_critic = shape.parameters(with_output_layer=False) + d + 1
+        states = 2 if adamw else 0
+        add("critic (PPO)", n_critic * s * (2 + states), all_phases,
+            f"trunk + value head N_c = {n_critic:,}: weights, gradients"
+            f"{', 2 AdamW moments' if adamw else ''} x s")
+        add("critic activations (PPO)", activations, "train",
+            "the policy's activations, no logits (same trunk, same tokens)")
+    plan = pd.DataFrame(rows).set_index("component")
+    totals = phase_totals(plan)
+    peak = totals.idxmax()
+    total = pd.DataFrame([{"component": "total", "bytes": int(totals[peak]), "phases": peak,
+                           "formula": f"largest phase: {peak} (sampling "
+                                      f"{totals['sampling'] / GIB:.2f}, train "
+                                      f"{totals['train'] / GIB:.2f}, step "
+                                      f"{totals['step'] / GIB:.2f} GiB)"}]
+                         ).set_index("component")
+    plan = pd.concat([plan, total])
+    plan.insert(1, "GiB", plan["bytes"] / GIB)
+    return plan[["bytes", "GiB", "phases", "formula"]]
+
+
+def _largest_trainable(shape: _Shape, targets, lora_r: int) -> int:
+    """Elements of the largest trainable tensor (AdamW's per-tensor temporaries on the CPU)."""
+    if lora_r:
+        return max(lora_r * max(i, o) for n, (i, o) in shape.linear_shapes().items()
+                   if n in targets)
+    return max([shape.V * shape.d, *(i * o for i, o in shape.linear_shapes().values())])
+
+
+def phase_totals(plan: pd.DataFrame) -> pd.Series:
+    """Bytes live in each phase (sampling, train, step): the sum of the components listed in it.
+
+    The phases never overlap in the trainer: sampling ends before the training forward, and the
+    activations are freed before the optimizer steps, so a step's peak is the largest phase.
+    """
+    parts = plan.drop(index="total", errors="ignore")
+    return pd.Series({phase: int(parts.loc[parts["phases"].str.contains(phase), "bytes"].sum())
+                      for phase in PHASES})
+
+
+def gpu_table(plan: pd.DataFrame, gpus: Sequence[float] = GPU_SIZES_GIB) -> pd.DataFrame:
+    """One row per GPU size (GiB): the planned total, whether it fits and the headroom left.
+
+    The planner's total leaves out the CUDA context and the allocator's caching (module
+    docstring), so a plan within about 1 GiB of a card's size should be treated as not fitting.
+    """
+    total = float(plan.loc["total", "GiB"])
+    rows = [{"gpu_GiB": float(g), "planned_GiB": total, "fits": total <= float(g),
+             "headroom_GiB": float(g) - total} for g in _gpu_sizes(gpus)]
+    return pd.DataFrame(rows)
+
+
+def gpu_fits(plan: pd.DataFrame, gpu: float) -> bool:
+    """True when the planned total is at most ``gpu`` GiB."""
+    (size,) = _gpu_sizes([gpu])
+    return float(plan.loc["total", "GiB"]) <= size
+
+
+def _gpu_sizes(gpus) -> list[float]:
+    sizes = list(gpus)
+    if not sizes or not all(isinstance(g, (int, float)) and not isinstance(g, bool)
+                            and math.isfinite(g) and g > 0 for g in sizes):
+        raise ValueError(f"gpus must be positive sizes in GiB (e.g. {GPU_SIZES_GIB}), got "
+                         f"{gpus!r}")
+    return [float(g) for g in sizes]
+
+
+def plot_memory_plan(plan: pd.DataFrame, gpus: Sequence[float] = GPU_SIZES_GIB, axes=None):
+    """The bill as stacked bars, one bar per phase of a step, GPU sizes as horizontal lines.
+
+    Each bar stacks the components live in that phase (GiB); the tallest bar is the plan's
+    total. Returns a :class:`matplotlib.figure.Figure` (object-oriented API, made at
+    :data:`labkit.viz.FIGURE_DPI`); pass ``axes=`` to draw into axes of your own.
+    """
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from labkit.viz import FIGURE_DPI
+
+    if "total" not in plan.index or "phases" not in plan.columns:
+        raise ValueError("plan must be a table returned by memory_plan")
+    sizes = _gpu_sizes(gpus) if gpus else []
+    if axes is None:
+        fig = Figure(figsize=(8.4, 3.8), dpi=FIGURE_DPI, layout="constrained")
+        ax = fig.subplots()
+    else:
+        ax, fig = axes, axes.figure
+    parts = plan.drop(index="total")
+    parts = parts[parts["bytes"] > 0]
+    x = np.arange(len(PHASES))
+    bottom = np.zeros(len(PHASES))
+    colors = _component_colors(parts.index)
+    for name, row in parts.iterrows():
+        heights = np.array([row["GiB"] if phase in row["phases"] else 0.0 for phase in PHASES])
+        ax.bar(x, heights, 0.6, bottom=bottom, label=name, color=colors[name])
+        bottom += heights
+    top = float(bottom.max())
+    for size in sizes:
+        ax.axhline(size, color="0.35", lw=0.9, ls="--")
+        label = ax.annotate(f"{size:g} GiB GPU", (0.995, size), xycoords=("axes fraction", "data"),
+                    xytext=(0, 2), textcoords="offset points", ha="right", va="bottom",
+                    fontsize="small", color="0.3")
+        label.set_in_layout(False)  # a label off the y-range must not squeeze the axes
+    visible = [g for g in sizes if g <= 1.6 * max(top, 1e-9)]
+    ax.set_ylim(0, max([top * 1.1, *(g * 1.05 for g in visible)]))
+    ax.set_xticks(x, ["sampling", "train\n(forward + backward)", "optimizer step"])
+    ax.set_ylabel("memory (GiB)")
+    ax.set_title(f"planned peak {plan.loc['total', 'GiB']:.2f} GiB ({plan.loc['total', 'phases']})",
+                 fontsize="medium")
+    # legend beside the axes, outside the data (labkit.viz's convention), top segment first
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles[::-1], labels[::-1], loc="upper left", bbox_to_anchor=(1.02, 1.0),
+              borderaxespad=0, fontsize="small")
+    return fig
+
+
+def _component_colors(names) -> dict[str, tuple]:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab20"]
+    return {name: cmap(k % 20) for k, name in enumerate(names)}

@@ -94,6 +94,7 @@ EXTRA_IDS = (
     "clip-cov",
     "kl-cov",
     "trdpo-ref-sync",
+    "tis-mismatch",
 )
 
 
@@ -220,6 +221,7 @@ _FORKING = (("Beyond the 80/20 Rule: High-Entropy Minority Tokens Drive Effectiv
 _ENTROPY = ("The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models",
             "2505.22617")
 _TRDPO = ("Learn Your Reference Model for Real Good Alignment", "2404.09656")
+_TIS = ("Your Efficient RL Framework Secretly Brings You Off-Policy RL Training", None)
 
 _NB = {
     "ppo": "notebooks/01_ppo.ipynb",
@@ -230,6 +232,7 @@ _NB = {
     "gfpo": "notebooks/06_gfpo_length.ipynb",
     "exploration": "notebooks/07_exploration.ipynb",
     "rewards": "notebooks/08_rewards_data.ipynb",
+    "scaling": "notebooks/09_scaling_up.ipynb",
 }
 
 _A, _F, _L, _S = "labkit.advantages.", "labkit.filters.", "labkit.losses.", "labkit.shaping."
@@ -244,6 +247,7 @@ _TS = "tests/test_switches.py::"
 _E, _TE = "labkit.exploration.", "tests/test_exploration.py::"
 _PS, _TPS = "labkit.prompt_sampling.", "tests/test_prompt_sampling.py::"
 _LC, _TLC = "labkit.length_control.", "tests/test_length_control.py::"
+_TM = "tests/test_mismatch.py::"
 
 
 def _m(paper, **kwargs) -> Method:
@@ -549,6 +553,7 @@ CATALOG: tuple[Method, ...] = (
         changes="temperature",
         config={"temperature": 1.2},
         tests=(_TS + "test_on_policy_ratio_is_one_at_any_temperature",),
+        notebook=_NB["exploration"],
         note="Sample at temperature 1.2; the training log-probs use the same temperature, so the "
         "on-policy ratio stays exactly 1.",
     ),
@@ -654,19 +659,68 @@ CATALOG: tuple[Method, ...] = (
                _TS + "test_length_rewards_shape_the_trainers_rewards"),
         note="DA-DLER: a shorter truncation length for prompts solved more than half the time.",
     ),
-    _m(_RFT, id="rft-rejection-sampling", changes="data"),
+    _m(
+        _RFT,
+        id="rft-rejection-sampling",
+        changes="data",
+        functions=("labkit.rft.rejection_sample", "labkit.rft.rft", "labkit.rft.dedup_correct"),
+        notebook=_NB["rewards"],
+        tests=("tests/test_rft.py::test_wrong_and_unjudged_samples_are_never_kept",
+               "tests/test_rft.py::test_duplicates_differ_only_in_whitespace_and_are_per_prompt",
+               "tests/test_rft.py::test_rejection_sample_keeps_only_verified_distinct_solutions"),
+        note="Duplicates are equal texts up to whitespace (the paper: equal calculator-equation "
+        "lists, keeping the farthest in edit distance); the first sampled is kept; rounds > 1 "
+        "iterate from the previous round's model, without mixing in the original SFT data.",
+    ),
     _m(
         _TULU,
         id="rlvr-rules",
         changes="reward",
-        functions=("labkit.rewards.accuracy_reward", "labkit.rewards.format_reward"),
+        functions=("labkit.rewards.accuracy_reward", "labkit.rewards.format_reward",
+                   "labkit.verifiers.lenient_length_reward",
+                   "labkit.verifiers.answer_anywhere_reward",
+                   "labkit.verifiers.digit_credit_reward"),
+        notebook=_NB["rewards"],
         tests=("tests/test_rewards.py::test_accuracy_reward_on_strings_and_messages",
                "tests/test_rewards.py::test_format_reward",
-               "tests/test_rewards.py::test_rewards_never_raise_on_malformed_completions"),
-        note="The lab's default rewards are rule verifiers of exact answers and of the format.",
+               "tests/test_rewards.py::test_rewards_never_raise_on_malformed_completions",
+               ("tests/test_verifiers.py::"
+                "test_lenient_length_pays_a_long_wrong_think_the_strict_reward_refuses"),
+               "tests/test_verifiers.py::test_digit_credit_reward_is_one_exactly_when_strict_passes"),
+        note="The lab's default rewards are rule verifiers of exact answers and of the format "
+        "(binary, weight 1; Tulu 3 uses 10). labkit.verifiers adds lax verifiers to exploit and "
+        "partial credit, which are the lab's, not the paper's.",
     ),
-    _m(_TTRL, id="ttrl-majority-vote", changes="reward"),
-    _m(_GENRM, id="generative-judge", changes="reward"),
+    _m(
+        _TTRL,
+        id="ttrl-majority-vote",
+        changes="reward",
+        functions=("labkit.ttrl.ttrl_reward", "labkit.ttrl.majority_vote",
+                   "labkit.ttrl.label_accuracy_reward"),
+        notebook=_NB["rewards"],
+        tests=("tests/test_ttrl.py::test_majority_vote_paper_example_ties_and_no_votes",
+               "tests/test_ttrl.py::test_reward_ignores_the_true_answer",
+               ("tests/test_ttrl.py::"
+                "test_reward_equals_accuracy_where_the_majority_is_right_and_lucky_hits_where_not")),
+        note="One set of G samples votes and trains (the paper votes with 64, trains on 32); "
+        "trained on the train split, not on the test set, so the eval split stays held out.",
+    ),
+    _m(
+        _GENRM,
+        id="generative-judge",
+        changes="reward",
+        functions=("labkit.judge.JudgeReward", "labkit.judge.yes_probability",
+                   "labkit.judge.judge_agreement", "labkit.build_judge.build"),
+        notebook=_NB["rewards"],
+        tests=(("tests/test_judge.py::"
+                "test_equal_logits_give_one_half_and_the_score_is_a_probability"),
+               "tests/test_judge.py::test_reward_never_reads_the_answer_column",
+               ("tests/test_judge.py::"
+                "test_shipped_judge_agrees_with_the_verifier_on_held_out_completions")),
+        note="Direct GenRM only (no verification chain of thought); the verdict tokens are Y/N "
+        "because 'Yes' is three tokens with the character tokenizer; the judge is the tiny Qwen "
+        "fine-tuned on the policy's own samples labelled by the rule verifier.",
+    ),
     _m(
         _MTGRPO,
         id="multitask-weights",
@@ -766,6 +820,26 @@ CATALOG: tuple[Method, ...] = (
         tests=(_TE + "test_mix_reference_moves_the_reference_by_alpha",
                _TS + "test_reference_sync_events"),
         note="TRL's sync_ref_model (a DPO-family idea that TRL also offers for GRPO).",
+    ),
+    _m(
+        _TIS,
+        id="tis-mismatch",
+        changes="ratio",
+        functions=("labkit.mismatch.mismatch_weights", "labkit.mismatch.mismatch_metrics"),
+        config={"sampling_dtype": "bfloat16", "vllm_importance_sampling_correction": True,
+                "vllm_importance_sampling_mode": "token_truncate",
+                "vllm_importance_sampling_clip_max": 2.0,
+                "vllm_importance_sampling_clip_min": 0.5},
+        notebook=_NB["scaling"],
+        tests=(_TM + "test_weights_match_trl_on_random_log_probs",
+               _TM + "test_weights_are_exactly_one_when_sampler_and_trainer_agree",
+               _TM + "test_a_bfloat16_sampler_shows_a_gap_that_the_correction_weighs"),
+        note="Yao et al. (2025), \"Your Efficient RL Framework Secretly Brings You Off-Policy RL "
+        "Training\", a blog post with no arXiv id "
+        "(fengyao.notion.site/off-policy-rl), as TRL cites it for its "
+        "vllm_importance_sampling_* options. labkit has no vLLM: sampling_dtype makes the "
+        "sampler a bfloat16 copy of the policy, so the mismatch is real on a CPU; the four "
+        "modes, the bounds and where the weight multiplies the loss are TRL 1.16's.",
     ),
 )
 

@@ -26,8 +26,25 @@ completions strings or ``[{"role": "assistant", "content": ...}]`` lists, the da
 malformed completion. Settings (a threshold) are keyword-only with a default; bind another value
 with ``functools.partial`` (the trainer names a partial after its function).
 
-Measured on the shipped tiny Qwen (GRPO preset, medium cells, 16 prompts x 8 per step; see the
-docstring of each function for its numbers).
+Measured on the shipped tiny Qwen (GRPO preset, ``medium_cells`` train/eval, 16 prompts x 8
+completions per step, 40 steps, seed 0, one thread; each run trains on the one reward named;
+"first/last 5" are means over the first and last five steps of the training log):
+
+======================== ============ ============ ============ =============== ======
+trained on               reward       strict acc.  length       eval accuracy   wall
+                         first/last 5 first/last 5 first/last 5 (k=4) 0 -> 40
+======================== ============ ============ ============ =============== ======
+accuracy_reward (strict) 0.19 / 0.51  0.19 / 0.51  15 / 28      22.5% -> 50.6%  30 s
+answer_anywhere_reward   0.19 / 0.56  0.19 / 0.53  15 / 30      22.5% -> 50.0%  33 s
+lenient_length_reward    0.21 / 0.97  0.20 / 0.11  15 / 86      22.5% -> 14.4%  44 s
+======================== ============ ============ ============ =============== ======
+
+The lenient-length exploit appears within 40 steps: the reward climbs to 0.97 while the strict
+accuracy falls by half and the completions grow sixfold (long, wrong think sections). The
+answer-anywhere exploit does NOT appear in this budget: its reward stays within 3 points of the
+strict accuracy and the run learns about what the strict run learns (our reading: on these cells
+the shortest way to contain the answer is still to compute it). The reward-hacking run to show
+is :func:`lenient_length_reward`.
 """
 
 from __future__ import annotations

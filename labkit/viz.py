@@ -24,6 +24,17 @@ function                       what it draws
 ``plot_runs``, ``load_run``    training curves from logged runs, with the regenerating command
 ``runs_summary``               a table of logged runs: start, end and best eval accuracy, length...
 ``LivePlot``                   a trainer callback that redraws ``plot_runs`` in place while training
+``plot_token_temperature``     a model's next-token distribution and entropy at several temperatures
+``temperature_tokens``         the same numbers: top tokens, probabilities, entropy at T
+``fork_logits``                the tiny Qwen's next-token logits at three places of its own answer
+``plot_temperature_schedules`` sampling temperature over training (constant, linear, cosine)
+``plot_surrogate_weights``     each surrogate's gradient weight against the ratio; focal weight
+``surrogate_weights``          the same weights as a table
+``plot_majority_vote``         a prompt's sampled answers and TTRL's vote; maj@G against G
+``majority_vote_groups``       the same vote per prompt, as a table
+``plot_sampling_weights``      curriculum / prioritized shares per difficulty; MT-GRPO weights
+``multitask_weight_paths``     the same weights per step (``difficulty_sampling_weights``: shares)
+``plot_pass_at_k``             pass@k against k for several models, and the gain over the first
 =============================  =================================================================
 
 Each ``plot_*`` function returns a :class:`matplotlib.figure.Figure`. Figures are created with
@@ -40,7 +51,8 @@ the panels.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -73,19 +85,31 @@ __all__ = [
     "LivePlot",
     "aggregation_weights",
     "clip_cases_table",
+    "difficulty_sampling_weights",
+    "fork_logits",
     "group_advantages_table",
     "load_run",
+    "majority_vote_groups",
+    "multitask_weight_paths",
     "plot_aggregation_weights",
     "plot_clip_region",
     "plot_gae",
     "plot_gfpo_filter",
     "plot_group_advantages",
     "plot_kl_estimators",
+    "plot_majority_vote",
     "plot_overlong_penalty",
+    "plot_pass_at_k",
     "plot_ratio_spread",
     "plot_runs",
+    "plot_sampling_weights",
+    "plot_surrogate_weights",
+    "plot_temperature_schedules",
+    "plot_token_temperature",
     "ratio_spread",
     "runs_summary",
+    "surrogate_weights",
+    "temperature_tokens",
 ]
 
 RATIO_LABEL = r"probability ratio $r = \pi_\theta / \pi_{old}$"
@@ -793,30 +817,74 @@ _METRIC_UNITS = {
 }
 
 
-def runs_summary(runs: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+def runs_summary(runs: Mapping[str, pd.DataFrame],
+                 extra: Mapping[str, Callable[[pd.DataFrame], float]] | None = None
+                 ) -> pd.DataFrame:
     """One column per run: steps, completions that trained, seconds per step, eval accuracy and
     length at the start and the end, and the best eval accuracy.
+
+    ``extra`` adds rows: a name and a function of the run's training rows (one seed's), e.g.
+    ``{"entropy, last 20 steps": lambda d: d["entropy"].tail(20).mean()}``. A log of several
+    seeds (a ``seed`` column) is summarised per seed, and its cells read ``mean ± spread`` over
+    the seeds, the spread being half the min-max range (the band of :func:`plot_runs`), with a
+    ``seeds`` row; the cells of a one-seed log stay numbers.
 
     ``runs`` maps a name to a history with evaluation columns (``TrainResult.history`` merged with
     its evaluations, or a reference log from :func:`load_run`). Rows without a ``reward`` are
     evaluation-only rows (step 0); rows without ``eval_accuracy`` did not evaluate.
     """
-    rows = {}
+    rows, extra = {}, dict(extra or {})
     for name, df in runs.items():
         missing = {"reward", "eval_accuracy", "eval_length"} - set(df.columns)
         if missing:
             raise ValueError(f"run {name!r} has no {sorted(missing)} column(s); runs_summary "
                              f"needs a log with evaluations (labkit.reference_runs writes them)")
-        steps, evals = df.dropna(subset=["reward"]), df.dropna(subset=["eval_accuracy"])
-        rows[name] = {"steps": int(steps["step"].max()),
-                      "completions with a gradient per step": steps["completions_trained"].mean(),
-                      "seconds per step (wall)": steps["step_time"].mean(),
-                      "eval accuracy, start": evals["eval_accuracy"].iloc[0],
-                      "eval accuracy, end": evals["eval_accuracy"].iloc[-1],
-                      "best eval accuracy": evals["eval_accuracy"].max(),
-                      "eval length, start": evals["eval_length"].iloc[0],
-                      "eval length, end": evals["eval_length"].iloc[-1]}
-    return pd.DataFrame(rows).round(3)
+        if _seeds(df) < 2:
+            rows[name] = _summary_of_one_seed(df, extra)
+            continue
+        per_seed = pd.DataFrame([_summary_of_one_seed(part, extra)
+                                 for _, part in df.groupby("seed")])
+        spread = (per_seed.max() - per_seed.min()) / 2
+        rows[name] = {key: f"{per_seed[key].mean():.3f} ± {spread[key]:.3f}"
+                      for key in per_seed.columns}
+        rows[name]["steps"] = int(per_seed["steps"].max())
+        rows[name]["seeds"] = len(per_seed)
+    table = pd.DataFrame(rows).round(3)
+    if "seeds" in table.index:
+        table.loc["seeds"] = table.loc["seeds"].fillna(1).astype(int)
+    return table
+
+
+def _summary_of_one_seed(df: pd.DataFrame, extra: Mapping[str, Callable]) -> dict:
+    steps, evals = df.dropna(subset=["reward"]), df.dropna(subset=["eval_accuracy"])
+    row = {"steps": int(steps["step"].max()),
+           "completions with a gradient per step": steps["completions_trained"].mean(),
+           "seconds per step (wall)": steps["step_time"].mean(),
+           "eval accuracy, start": evals["eval_accuracy"].iloc[0],
+           "eval accuracy, end": evals["eval_accuracy"].iloc[-1],
+           "best eval accuracy": evals["eval_accuracy"].max(),
+           "eval length, start": evals["eval_length"].iloc[0],
+           "eval length, end": evals["eval_length"].iloc[-1]}
+    row.update({key: float(fn(steps)) for key, fn in extra.items()})
+    return row
+
+
+def _seeds(df: pd.DataFrame) -> int:
+    """How many seeds a log holds (a reference log of several seeds has a ``seed`` column)."""
+    return int(df["seed"].nunique()) if "seed" in df else 1
+
+
+def _over_seeds(df: pd.DataFrame, metric: str, x: str, smooth: int):
+    """(x, mean, min, max) of ``metric`` over the seeds of a log, each seed's curve smoothed
+    first; None for a log of one seed (or without an ``x`` column to align the seeds on)."""
+    if _seeds(df) < 2 or x not in df:
+        return None
+    logged = df.dropna(subset=[metric])
+    curves = logged.pivot_table(index=x, columns="seed", values=metric)  # one column per seed
+    if smooth > 1:
+        curves = curves.rolling(smooth, min_periods=1).mean()
+    return (curves.index.to_numpy(), curves.mean(axis=1).to_numpy(),
+            curves.min(axis=1).to_numpy(), curves.max(axis=1).to_numpy())
 
 
 def plot_runs(runs: Mapping[str, pd.DataFrame],
@@ -831,6 +899,11 @@ def plot_runs(runs: Mapping[str, pd.DataFrame],
     left out of that panel, whose title names it. The runs' legend sits above the panels, once;
     when runs carry a ``command`` in ``df.attrs`` (reference logs), the figure's footer says how
     to regenerate them. Up to three panels a row, 833 px wide at :data:`FIGURE_DPI`.
+
+    A log of several seeds (a ``seed`` column with more than one value, as the reference logs of
+    ``labkit.reference_runs`` with ``"seeds": [...]``) is drawn as its mean over seeds with a
+    min-max band; ``smooth`` then applies to each seed's curve before they are combined, and the
+    legend says how many seeds.
 
     What to see: compare runs on the same axes: reward and accuracy rising, completion length
     growing or shrinking, entropy and clip fractions over training.
@@ -850,6 +923,13 @@ def plot_runs(runs: Mapping[str, pd.DataFrame],
             if metric not in df:
                 missing.append(name)
                 continue
+            band = _over_seeds(df, metric, x, smooth)
+            if band is not None:
+                xs, mean, low, high = band
+                ax.fill_between(xs, low, high, color=f"C{k}", alpha=0.2, lw=0)
+                (handles[name],) = ax.plot(xs, mean, color=f"C{k}",
+                                           label=f"{name} ({df['seed'].nunique()} seeds)")
+                continue
             y = df[metric]
             logged = y.notna().to_numpy()
             xs, y = np.asarray(df.get(x, df.index))[logged], y[logged]
@@ -860,8 +940,11 @@ def plot_runs(runs: Mapping[str, pd.DataFrame],
         ax.set(title=metric + (f"\n(not logged by: {', '.join(missing)})" if missing else ""),
                xlabel="training step" if x == "step" else x,
                ylabel=_METRIC_UNITS.get(metric, metric))  # the title names the metric
-    title = f"moving average of {smooth} (faint: raw values)" if smooth > 1 else None
-    _legend_above(fig, panels, list(handles.values()), list(handles), title=title)
+    seeded = any(_seeds(df) > 1 for df in runs.values())
+    title = "; ".join(([f"moving average of {smooth} (faint: raw values)"] if smooth > 1 else [])
+                      + (["band: min-max over seeds"] if seeded else [])) or None
+    labels = [h.get_label() for h in handles.values()]
+    _legend_above(fig, panels, list(handles.values()), labels, title=title)
     commands = {name: df.attrs["command"] for name, df in runs.items() if df.attrs.get("command")}
     footer = []
     if len(set(commands.values())) == 1:
@@ -907,3 +990,573 @@ class LivePlot:
             self.handle = display(fig, display_id=True)
         else:
             self.handle.update(fig)
+
+
+# --------------------------------------------------------------------------------------------
+# 10. exploration: temperature, and the gradient weight of each surrogate (notebook 07)
+# --------------------------------------------------------------------------------------------
+
+
+def temperature_tokens(logits: torch.Tensor, temperature: float = 1.0,
+                       top_k: int = 8) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The ``top_k`` likeliest next tokens of each position at ``temperature``, and the entropy.
+
+    ============  ======  ==============================================================
+    name          shape   meaning
+    ============  ======  ==============================================================
+    ``logits``    (P, V)  a model's next-token logits at P positions (any float dtype)
+    returns ids   (P, k)  token ids, likeliest first (the order does not depend on T)
+    returns p     (P, k)  their probabilities at ``temperature``
+    returns H     (P,)    entropy of the whole tempered distribution, nats
+    ============  ======  ==============================================================
+
+    Both come from :func:`labkit.logprobs.logprobs_and_entropy`, the function that scores
+    rollouts in training, so the entropy is the one the trainer logs at that temperature.
+    """
+    from labkit.logprobs import logprobs_and_entropy
+
+    if logits.dim() != 2:
+        raise ValueError(f"logits must have shape (P, V), got {tuple(logits.shape)}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    k = min(top_k, logits.shape[-1])
+    ids = logits.topk(k, dim=-1).indices  # (P, k); dividing by T > 0 keeps the order
+    # One "sequence" per rank: row j of the (k, P, V) view asks for the j-th likeliest token.
+    logp, entropy = logprobs_and_entropy(logits.expand(k, *logits.shape), ids.T.contiguous(),
+                                         temperature)
+    return ids, logp.T.exp(), entropy[0]
+
+
+def plot_token_temperature(logits: torch.Tensor, temperatures: Sequence[float] = (0.6, 1.0, 1.2),
+                           token_labels: Callable[[int], str] | None = None,
+                           contexts: Sequence[str] | None = None, top_k: int = 8,
+                           axes=None) -> Figure:
+    r"""The next-token distribution of a few positions at several temperatures, and its entropy.
+
+    Sampling at temperature :math:`T` draws from :math:`\mathrm{softmax}(z/T)`: :math:`T<1`
+    sharpens the distribution (less exploration), :math:`T>1` flattens it. One panel per position
+    (P of them): bars of the ``top_k`` likeliest tokens' probabilities at each temperature, the
+    entropy :math:`H` in nats in the legend. A last panel draws :math:`H` against :math:`T` for
+    every position, with the chosen temperatures marked.
+
+    Args:
+        logits: (P, V) next-token logits, e.g. the tiny Qwen's at a few positions of one of its
+            own completions.
+        temperatures: the temperatures to compare (> 0).
+        token_labels: id -> text for the bars (a tokenizer's ``decode``); default: the id.
+        contexts: P short strings naming each position (the text before it), for the titles.
+        axes: P + 1 axes to draw into.
+
+    Returns:
+        the figure (P + 1 panels, two a row).
+    """
+    temperatures = [float(t) for t in temperatures]
+    if not temperatures or min(temperatures) <= 0:
+        raise ValueError(f"temperatures must be positive and not empty, got {temperatures}")
+    positions = logits.shape[0] if logits.dim() == 2 else 0
+    if contexts is not None and len(contexts) != positions:
+        raise ValueError(f"contexts must name the {positions} positions, got {len(contexts)}")
+    label = token_labels or str
+    fig, panels = _panels(axes, positions + 1, ncols=2, width=4.6, height=2.6)
+    for p, ax in enumerate(panels[:-1]):
+        columns, ids = {}, None
+        for t in temperatures:
+            ids, probs, entropy = temperature_tokens(logits[p:p + 1], t, top_k)
+            columns[f"T = {t:g}: H = {float(entropy[0]):.2f} nats"] = probs[0].double().numpy()
+        _grouped_bars(ax, columns)
+        ax.set_xticks(range(len(ids[0])), [repr(label(int(i)))[1:-1] for i in ids[0]],
+                      rotation=45, ha="right", fontsize=_SMALL)
+        where = f"position {p + 1}" + (f": after …{contexts[p][-20:]!r}" if contexts else "")
+        ax.set(title=where, ylabel="probability", xlabel="next token (likeliest first)")
+        ax.legend(fontsize=_SMALL, loc="upper right")
+    ax = panels[-1]
+    grid = torch.linspace(0.1, 2.0, 40, dtype=_DTYPE)
+    for p in range(positions):
+        curve = [float(temperature_tokens(logits[p:p + 1], float(t), 1)[2][0]) for t in grid]
+        ax.plot(grid.numpy(), curve, color=f"C{p + 4}", label=f"position {p + 1}")
+    for t in temperatures:
+        ax.axvline(t, color="0.5", ls=":", lw=1)
+    ax.set(title="entropy of the whole distribution", xlabel="sampling temperature T",
+           ylabel="entropy H (nats)")
+    ax.legend(fontsize=_SMALL, loc="upper left")
+    return fig
+
+
+def plot_temperature_schedules(total_steps: int = 200, start: float = 1.2, final: float = 0.8,
+                               schedules: Sequence[str] = ("constant", "linear", "cosine"),
+                               axes=None) -> Figure:
+    """Sampling temperature over training for each ``temperature_schedule`` (Kimi K2's decay).
+
+    Every value is :func:`labkit.exploration.temperature_at`, the function the trainer calls
+    each step. One panel.
+    """
+    from labkit.exploration import temperature_at
+
+    if total_steps < 1:
+        raise ValueError(f"total_steps must be >= 1, got {total_steps}")
+    fig, (ax,) = _panels(axes, 1, width=4.6, height=2.6)
+    steps = np.arange(total_steps)
+    for k, schedule in enumerate(schedules):
+        ax.plot(steps, [temperature_at(int(s), total_steps, start, final, schedule)
+                        for s in steps], color=f"C{k}", label=schedule)
+    ax.set(title=f"temperature schedules, {start:g} → {final:g}", xlabel="training step",
+           ylabel="sampling temperature T")
+    _legend_beside(ax)
+    return fig
+
+
+#: The surrogates of :func:`surrogate_weights`, with their TRL ``loss_type`` names.
+SURROGATES = ("ppo_clip", "no_clip", "cispo", "sapo", "vespo")
+_SURROGATE_LABELS = {
+    "ppo_clip": "PPO clip (grpo, dapo, ...)", "no_clip": "no clip (RL-PLUS)",
+    "cispo": "CISPO", "sapo": "SAPO", "vespo": "VESPO (one-token sequence)",
+}
+
+
+def surrogate_weights(ratio, advantage: float = 1.0, epsilon_low: float = 0.2,
+                      epsilon_high: float = 0.28, cispo_max_weight: float = 5.0,
+                      sapo_temperature_pos: float = 1.0, sapo_temperature_neg: float = 1.05,
+                      vespo_k: tuple[float, float] = (2.0, 3.0),
+                      vespo_lambda: tuple[float, float] = (3.0, 2.0)) -> pd.DataFrame:
+    r"""Each surrogate's gradient weight :math:`w(r)` at the given ratios, by autograd.
+
+    Every per-token loss of :mod:`labkit.losses` has a gradient of the form
+    :math:`\nabla_\theta\ell = -w(r)\,A\,\nabla_\theta\log\pi_\theta(o_t)`, so
+    :math:`w = -\frac{1}{A}\frac{\partial\ell}{\partial\log\pi}`: how hard a token with ratio
+    :math:`r=\pi_\theta/\pi_{old}` is pushed, relative to REINFORCE (:math:`w = 1`). It is
+    computed here by autograd through ``clipped_surrogate`` (with ``epsilon_low``,
+    ``epsilon_high``), ``no_clip_surrogate``, ``cispo_surrogate`` (``max_weight``),
+    ``sapo_surrogate`` and ``vespo_surrogate`` (a one-token sequence, so its sequence weight is
+    :math:`r`; pairs are (A >= 0, A < 0)).
+
+    Returns:
+        a table, one row per ratio, one column per surrogate (:data:`SURROGATES`).
+    """
+    from labkit.losses import cispo_surrogate, sapo_surrogate, vespo_surrogate
+
+    if advantage == 0:
+        raise ValueError("advantage must be non-zero (every gradient is 0 at A = 0)")
+    r = _tensor(ratio, "ratio")
+    if (r <= 0).any():
+        raise ValueError("ratio must be > 0")
+    old_logp = torch.full_like(r, math.log(0.5))  # any behaviour log-prob: w depends on r only
+    logp = (old_logp + r.log()).requires_grad_(True)
+    a = torch.full_like(r, float(advantage))
+    log_ratio = logp - old_logp
+    losses = {
+        "ppo_clip": clipped_surrogate(log_ratio, a, epsilon_low, epsilon_high),
+        "no_clip": no_clip_surrogate(log_ratio, a),
+        "cispo": cispo_surrogate(logp, log_ratio, a, cispo_max_weight),
+        "sapo": sapo_surrogate(log_ratio, a, sapo_temperature_pos, sapo_temperature_neg),
+        "vespo": vespo_surrogate(logp[:, None], log_ratio[:, None], a[:, None],
+                                 torch.ones(len(r), 1, dtype=torch.bool), vespo_k[0],
+                                 vespo_lambda[0], vespo_k[1], vespo_lambda[1])[:, 0],
+    }
+    table = {"ratio": r.numpy()}
+    for name, loss in losses.items():
+        (grad,) = torch.autograd.grad(loss.sum(), logp)
+        table[name] = (-grad / advantage).numpy() + 0.0
+    return pd.DataFrame(table)
+
+
+def plot_surrogate_weights(epsilon_low: float = 0.2, epsilon_high: float = 0.28,
+                           cispo_max_weight: float = 2.0, gamma: float = 0.5,
+                           ratio_max: float = 3.0, axes=None) -> Figure:
+    r"""The gradient weight of each surrogate against the ratio, and RL-PLUS's focal weight.
+
+    Panels 1 and 2 (A > 0, A < 0): :func:`surrogate_weights` on a grid of ratios, REINFORCE
+    (w = 1) dotted. Panel 3: the exploration weight :math:`(1-p)^\gamma` of
+    :func:`labkit.exploration.focal_weight` against the token's probability :math:`p`, for
+    ``gamma`` and, for comparison, 0 (off) and 2.
+
+    What to see: PPO's clip sets the weight to *zero* outside its band on the side where moving
+    further would help (A > 0 above :math:`1+\varepsilon_{high}`, A < 0 below
+    :math:`1-\varepsilon_{low}`); no-clip keeps :math:`w = r` everywhere; CISPO keeps every
+    token's gradient and only caps the weight; SAPO and VESPO fade the weight smoothly away from
+    the on-policy point instead of cutting it. All equal 1 at :math:`r = 1`. CISPO's cap is 2
+    here so that it shows on the axis (TRL recommends ``epsilon_high=5.0`` for ``cispo``).
+
+    Returns:
+        the figure (3 panels).
+    """
+    from labkit.exploration import focal_weight
+
+    if not ratio_max > 1:
+        raise ValueError(f"ratio_max must be > 1, got {ratio_max}")
+    ratio = torch.linspace(0.02, ratio_max, 400, dtype=_DTYPE)
+    fig, panels = _panels(axes, 3, width=3.05, height=2.7)
+    handles = {}
+    for ax, a in zip(panels[:2], (1.0, -1.0)):
+        table = surrogate_weights(ratio, a, epsilon_low, epsilon_high, cispo_max_weight)
+        for k, name in enumerate(SURROGATES):
+            # PPO's clip on top: the others coincide with its unclipped stretch
+            style = {"no_clip": "--", "cispo": "-."}.get(name, "-")
+            label = _SURROGATE_LABELS[name] + (f" (cap {cispo_max_weight:g})"
+                                                if name == "cispo" else "")
+            (handles[label],) = ax.plot(
+                table.ratio, table[name], style, color=f"C{k}", lw=2.2 if k == 0 else 1.4,
+                zorder=3 if k == 0 else 2)
+        ax.axhline(1, color="0.5", ls=":", lw=1)
+        for b in (1 - epsilon_low, 1 + epsilon_high):
+            ax.axvline(b, color="k", ls=":", lw=0.8)
+        ax.set(title=f"A {'>' if a > 0 else '<'} 0", xlabel=RATIO_LABEL,
+               ylabel="gradient weight w", ylim=(-0.1, min(ratio_max, 3.2)))
+    ax = panels[2]
+    p = torch.linspace(0, 1, 201, dtype=_DTYPE)
+    for k, g in enumerate(sorted({0.0, float(gamma), 2.0})):
+        ax.plot(p.numpy(), focal_weight(p.clamp(min=1e-12).log(), g).numpy(), color=f"C{k + 5}",
+                lw=2 if g == gamma else 1, label=rf"$\gamma$ = {g:g}")
+    ax.set(title=r"RL-PLUS focal weight $(1-p)^\gamma$",
+           xlabel="token probability p under the policy", ylabel="weight C")
+    ax.legend(fontsize=_SMALL, loc="lower left")
+    _legend_above(fig, panels, list(handles.values()), list(handles))
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# 11. rewards and data: majority vote, prompt sampling weights, pass@k (notebook 08)
+# --------------------------------------------------------------------------------------------
+
+
+def majority_vote_groups(samples: pd.DataFrame, group_size: int | None = None) -> pd.DataFrame:
+    """TTRL's majority vote per prompt of a per-sample frame, against the verifier's label.
+
+    ``samples`` is the frame of :func:`labkit.evaluate.sample_answers` (one row per sample, with
+    ``id``, ``family``, ``text`` and ``correct``: 1.0 / 0.0 / NaN); a ``question`` column, if
+    present, is carried over. Each prompt votes with its first ``group_size`` samples (default:
+    all), through :func:`labkit.ttrl.answer_key` and :func:`labkit.ttrl.majority_vote`, the
+    functions of the TTRL reward.
+
+    ============== =====================================================================
+    column         meaning (one row per prompt, in the order of ``samples``)
+    ============== =====================================================================
+    id             the prompt
+    group_size     samples that voted
+    majority       the text of the majority answer (None: no sample had an answer)
+    share          the majority's votes / group_size (TTRL's majority ratio)
+    majority_right 1.0 when the majority answer passes the verifier, else 0.0
+    accuracy       the group's share of correct samples (pass@1 of this prompt)
+    any_right      1.0 when some sample is correct (pass@G)
+    ============== =====================================================================
+    """
+    from labkit.rewards import completion_content, extract_answer
+    from labkit.ttrl import answer_key, majority_vote
+
+    missing = {"id", "family", "text", "correct"} - set(samples.columns)
+    if missing:
+        raise ValueError(f"samples lacks the column(s) {sorted(missing)}; pass the frame of "
+                         f"labkit.evaluate.sample_answers")
+    if group_size is not None and group_size < 1:
+        raise ValueError(f"group_size must be >= 1 (samples that vote), got {group_size}")
+    rows = []
+    for prompt_id, group in samples.groupby("id", sort=False):
+        group = group.iloc[:group_size] if group_size else group
+        texts = [extract_answer(completion_content(t)) for t in group["text"]]
+        keys = [answer_key(f, t) for f, t in zip(group["family"], texts)]
+        label, share = majority_vote(keys)
+        correct = group["correct"].fillna(0.0).to_numpy() > 0
+        voters = [i for i, k in enumerate(keys) if label is not None and k == label]
+        row = {"id": prompt_id}
+        if "question" in group:
+            row["question"] = group["question"].iloc[0]
+        row.update({"group_size": len(group),
+                    "majority": texts[voters[0]] if voters else None, "share": share,
+                    "majority_right": float(bool(voters) and bool(correct[voters[0]])),
+                    "accuracy": float(correct.mean()), "any_right": float(correct.any())})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def plot_majority_vote(samples: pd.DataFrame, prompt: int = 0, group_size: int | None = None,
+                       axes=None) -> Figure:
+    """One prompt's sampled answers and their vote; and the vote's accuracy against G.
+
+    Panel 1: how many of the prompt's first ``group_size`` samples gave each answer (the eight
+    most common, then "other"), green when the verifier accepts the answer, red when not, the
+    majority outlined in black; the title says the majority, its share and whether it is right.
+    Panel 2: over every prompt of ``samples``, the majority vote's accuracy (maj@G: the share of
+    prompts whose vote passes the verifier, the label accuracy of TTRL's pseudo-labels), the
+    single-sample accuracy (pass@1) and pass@G, for G = 1 .. the samples per prompt; the
+    dotted line marks ``group_size``. ``prompt`` is the position of the prompt in ``samples``.
+
+    What to see: where maj@G sits above pass@1, a TTRL reward is mostly right and sharpening
+    toward the vote raises accuracy (self-consistency); on prompts whose majority is wrong the
+    reward pays the policy for agreeing with its own mistake. pass@G is the ceiling: a vote can
+    only pick an answer that was sampled.
+
+    Returns:
+        the figure (2 panels).
+    """
+    from labkit.rewards import completion_content, extract_answer
+    from labkit.ttrl import answer_key
+
+    ids = list(dict.fromkeys(samples["id"]))
+    if not 0 <= prompt < len(ids):
+        raise ValueError(f"prompt must lie in 0..{len(ids) - 1} (the prompts of samples), "
+                         f"got {prompt}")
+    per_prompt = int(samples.groupby("id").size().min())
+    size = per_prompt if group_size is None else group_size
+    if not 1 <= size <= per_prompt:
+        raise ValueError(f"group_size must lie in 1..{per_prompt} (the fewest samples of a "
+                         f"prompt), got {group_size}")
+    fig, (ax, ax_g) = _panels(axes, 2, width=4.6, height=3.1)
+    group = samples[samples["id"] == ids[prompt]].iloc[:size]
+    vote = majority_vote_groups(group).iloc[0]
+    texts = [extract_answer(completion_content(t)) for t in group["text"]]
+    keys = [answer_key(f, t) for f, t in zip(group["family"], texts)]
+    right = group["correct"].fillna(0.0).to_numpy() > 0
+    counts: dict = {}
+    for key, text, ok in zip(keys, texts, right):
+        label = "(no vote)" if key is None else text.strip()  # no answer, or unparsable
+        entry = counts.setdefault(key if key is not None else label, [label, 0, bool(ok)])
+        entry[1] += 1
+    bars = sorted(counts.values(), key=lambda e: -e[1])
+    if len(bars) > 8:
+        bars = bars[:8] + [["other", sum(e[1] for e in bars[8:]), False]]
+    x = np.arange(len(bars))
+    colors = ["C2" if ok else "C3" for _, _, ok in bars]
+    edges = ["k" if vote["majority"] is not None and name == str(vote["majority"]).strip()
+             else "none" for name, _, _ in bars]
+    ax.bar(x, [n for _, n, _ in bars], color=colors, edgecolor=edges, linewidth=2)
+    ax.set_xticks(x, [name[:8] for name, _, _ in bars], rotation=45, ha="right",
+                  fontsize=_SMALL)
+    verdict = ("no answer" if vote["majority"] is None
+               else f"majority {vote['majority']} ({vote['share']:.0%}): "
+                    + ("right" if vote["majority_right"] else "wrong"))
+    question = str(group["question"].iloc[0]) if "question" in group else f"prompt {prompt}"
+    ax.set(title=f"{question[:40]}\n{verdict}", xlabel="sampled answer",
+           ylabel=f"samples (of G = {size})")
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(color="C2", label="verifier: right"),
+                       Patch(color="C3", label="verifier: wrong")], fontsize=_SMALL)
+    sizes = np.arange(1, per_prompt + 1)
+    curves = [majority_vote_groups(samples, g) for g in sizes]
+    ax_g.plot(sizes, [c["majority_right"].mean() for c in curves], "o-", ms=3,
+              label="majority vote right (maj@G)")
+    ax_g.plot(sizes, [c["accuracy"].mean() for c in curves], "--", label="one sample (pass@1)")
+    ax_g.plot(sizes, [c["any_right"].mean() for c in curves], ":", label="any sample (pass@G)")
+    ax_g.axvline(size, color="0.4", ls=":", lw=1)
+    ax_g.set(title=f"over {len(ids)} prompts", xlabel="samples per prompt G",
+             ylabel="fraction of prompts", ylim=(0, 1.02))
+    _legend_beside(ax_g)
+    return fig
+
+
+def difficulty_sampling_weights(difficulties=(1, 2, 3, 4), solve_rates=(0.9, 0.6, 0.3, 0.1),
+                                progress: float = 0.25, curriculum_ratio: float = 0.5,
+                                floor: float = 0.05) -> pd.DataFrame:
+    """Each sampler's share of draws per difficulty, from the samplers' own ``weights()``.
+
+    One prompt per entry of ``difficulties`` with its running solve rate from ``solve_rates``;
+    ``progress`` is the share of training done (0..1). ``uniform``: every prompt alike;
+    ``curriculum``: :class:`labkit.prompt_sampling.CurriculumSampler` at that progress (the
+    hardest allowed difficulty rises over the first ``curriculum_ratio`` of training);
+    ``prioritized``: :class:`labkit.prompt_sampling.PrioritizedSampler` with those solve rates
+    (weight 1 - s + ``floor``). Columns: ``difficulty``, ``solve_rate`` and one per sampler
+    (shares summing to 1 over the rows).
+    """
+    from labkit.prompt_sampling import CurriculumSampler, PrioritizedSampler
+
+    if len(difficulties) != len(solve_rates) or not difficulties:
+        raise ValueError(f"give one solve rate per difficulty: {len(difficulties)} "
+                         f"difficulties, {len(solve_rates)} solve rates")
+    if not all(0 <= s <= 1 for s in solve_rates):
+        raise ValueError(f"solve_rates must lie in [0, 1], got {tuple(solve_rates)}")
+    if not 0 <= progress <= 1:
+        raise ValueError(f"progress must lie in [0, 1] (share of training done), got {progress}")
+    if not 0 < curriculum_ratio <= 1:
+        raise ValueError(f"curriculum_ratio must lie in (0, 1], got {curriculum_ratio}")
+    total = 1000
+    curriculum = CurriculumSampler(difficulties, seed=0, total_steps=total,
+                                   ratio=curriculum_ratio)
+    curriculum.step = round(progress * total)
+    prioritized = PrioritizedSampler(len(difficulties), seed=0, floor=floor)
+    prioritized.solve_rate = [float(s) for s in solve_rates]
+
+    def shares(weights):
+        weights = np.asarray(weights, dtype=float)
+        return weights / weights.sum()
+
+    return pd.DataFrame({"difficulty": list(difficulties), "solve_rate": list(solve_rates),
+                         "uniform": shares(np.ones(len(difficulties))),
+                         "curriculum": shares(curriculum.weights()),
+                         "prioritized": shares(prioritized.weights())})
+
+
+def multitask_weight_paths(accuracies: Mapping[str, float], steps: int = 150,
+                           gains: Mapping[str, float] | None = None, lam: float = 0.2,
+                           lr: float = 0.025) -> pd.DataFrame:
+    """MT-GRPO's family weights step by step, from :class:`labkit.prompt_sampling.MultiTaskSampler`.
+
+    Each step every family reports its batch accuracy, ``accuracies[f] + gains[f] * step``
+    (clipped to [0, 1]; ``gains`` default 0: a family that does not improve), and the sampler
+    takes one :func:`labkit.prompt_sampling.iwu_step` with ``lam`` and ``lr``. One row per step
+    (0 = before any feedback): ``step``, ``weight_<family>`` and ``accuracy_<family>``.
+    """
+    from labkit.prompt_sampling import MultiTaskSampler
+
+    if not accuracies:
+        raise ValueError("accuracies must name at least one family")
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    gains = dict(gains or {})
+    names = list(accuracies)
+    sampler = MultiTaskSampler(names, seed=0, lam=lam, lr=lr)
+    rows = []
+    for step in range(steps + 1):
+        acc = {f: min(max(accuracies[f] + gains.get(f, 0.0) * step, 0.0), 1.0) for f in names}
+        z = sampler.family_weights()
+        rows.append({"step": step, **{f"weight_{f}": z[f] for f in names},
+                     **{f"accuracy_{f}": acc[f] for f in names}})
+        sampler.observe(list(range(len(names))), [acc[f] for f in names])
+    return pd.DataFrame(rows)
+
+
+def plot_sampling_weights(solve_rates=(0.9, 0.6, 0.3, 0.1), progress: float = 0.25,
+                          floor: float = 0.05,
+                          accuracies: Mapping[str, float] | None = None,
+                          gains: Mapping[str, float] | None = None, lam: float = 0.2,
+                          lr: float = 0.025, steps: int = 150, axes=None) -> Figure:
+    """Which prompts a step trains on: difficulty samplers, and MT-GRPO's family weights.
+
+    Panel 1: the share of draws per difficulty 1..4 of uniform sampling, the fixed curriculum at
+    ``progress`` (share of training done; the ramp covers the first half) and prioritized
+    sampling with ``solve_rates`` (:func:`difficulty_sampling_weights`). Panel 2: the family
+    weights of :class:`labkit.prompt_sampling.MultiTaskSampler` over ``steps`` steps when the
+    families' batch accuracies are ``accuracies`` (default add 0.6, sub 0.45, mul 0.1) rising
+    by ``gains`` per step (:func:`multitask_weight_paths`).
+
+    What to see: the curriculum hides the hard cells early and is uniform after the ramp;
+    prioritized sampling follows the solve rates at every step (the adaptive curriculum); the
+    multi-task weights drift toward the family with the lowest accuracy, at a speed set by
+    ``lr`` and the size of the accuracy gaps (at the default 0.025 they move a few points in 150
+    steps).
+
+    Returns:
+        the figure (2 panels).
+    """
+    accuracies = dict(accuracies or {"add": 0.6, "sub": 0.45, "mul": 0.1})
+    table = difficulty_sampling_weights(solve_rates=solve_rates, progress=progress, floor=floor)
+    paths = multitask_weight_paths(accuracies, steps, gains, lam, lr)
+    fig, (ax, ax_m) = _panels(axes, 2, width=4.6, height=3.1)
+    columns = {"uniform": table["uniform"].to_numpy(),
+               f"curriculum at {progress:.0%} of training": table["curriculum"].to_numpy(),
+               "prioritized (1 - solve rate)": table["prioritized"].to_numpy()}
+    _grouped_bars(ax, columns)
+    ax.set_xticks(np.arange(len(table)),
+                  [f"d{d}\n{s:.0%}" for d, s in zip(table["difficulty"], table["solve_rate"])])
+    ax.set(title="share of draws per difficulty", xlabel="difficulty (solve rate)",
+           ylabel="share of prompts drawn", ylim=(0, 1.05))
+    ax.legend(fontsize=_SMALL)
+    for k, family in enumerate(accuracies):
+        ax_m.plot(paths["step"], paths[f"weight_{family}"], color=f"C{k}",
+                  label=f"{family} (acc. {accuracies[family]:.2f})")
+    ax_m.axhline(1 / len(accuracies), color="0.5", ls=":", lw=1)
+    ax_m.set(title=f"MT-GRPO family weights (lr {lr:g}, λ {lam:g})", xlabel="training step",
+             ylabel="sampling weight z of the family")
+    _legend_beside(ax_m)
+    return fig
+
+
+def plot_pass_at_k(curves: Mapping[str, pd.DataFrame], cell: str = "all", axes=None) -> Figure:
+    """pass@k against k for several models, and each model's gain over the first.
+
+    ``curves`` maps a model's name (e.g. "before", "after") to the frame of
+    :func:`labkit.evaluate.pass_at_k_curve` (one row per (family, difficulty) cell and an
+    ``all`` row, one ``pass@k`` column per k). ``cell`` is ``"all"`` or a cell as
+    ``"<family> d<difficulty>"`` (e.g. ``"add d2"``). Panel 1: pass@k on a log2 axis of k;
+    panel 2: pass@k of each model minus the first model's, in percentage points.
+
+    What to see: RL that *sharpens* raises pass@1 a lot and pass@64 little or not at all (the
+    gain shrinks to 0, or below, at large k: the base model could already sample those
+    answers); RL that teaches a new skill would lift the whole curve.
+
+    Returns:
+        the figure (2 panels).
+    """
+    if not curves:
+        raise ValueError("curves must hold at least one model's pass@k frame")
+
+    def row_of(frame):
+        if cell == "all":
+            chosen = frame[frame["family"] == "all"]
+        else:
+            family, _, difficulty = cell.partition(" d")
+            chosen = frame[(frame["family"] == family)
+                           & (frame["difficulty"].astype(str) == difficulty)]
+        if chosen.empty:
+            cells = [f"{f} d{d}" for f, d in zip(frame["family"], frame["difficulty"])
+                     if f != "all"]
+            raise ValueError(f"cell must be 'all' or one of {cells}, got {cell!r}")
+        row = chosen.iloc[0]
+        ks = [int(c.removeprefix("pass@")) for c in frame.columns if c.startswith("pass@")]
+        return np.array(ks), np.array([row[f"pass@{k}"] for k in ks], dtype=float), row
+
+    fig, (ax, ax_d) = _panels(axes, 2, width=4.3, height=3.0)
+    first = None
+    for k, (name, frame) in enumerate(curves.items()):
+        ks, values, row = row_of(frame)
+        ax.plot(ks, values, "o-", ms=3, color=f"C{k}", label=name)
+        if first is None:
+            first = (ks, values)
+            prompts = int(row["prompts"])
+            continue
+        if not np.array_equal(ks, first[0]):
+            raise ValueError(f"{name!r} has other k values than the first model's")
+        ax_d.plot(ks, 100 * (values - first[1]), "o-", ms=3, color=f"C{k}",
+                  label=f"{name} - {next(iter(curves))}")
+    for a in (ax, ax_d):
+        a.set_xscale("log", base=2)
+    ax.set(title=f"pass@k, {cell} ({prompts} prompts)", xlabel="k (samples per prompt)",
+           ylabel="pass@k (fraction of prompts)", ylim=(0, 1.02))
+    ax.legend(fontsize=_SMALL)
+    ax_d.axhline(0, color="0.4", lw=0.8)
+    ax_d.set(title="gain over the first model", xlabel="k (samples per prompt)",
+             ylabel="pass@k difference (points)")
+    if len(curves) > 1:
+        ax_d.legend(fontsize=_SMALL)
+    return fig
+
+
+def fork_logits(question: str = "347+285=?", seed: int = 0, model=None, tokenizer=None,
+                num_samples: int = 8) -> dict:
+    """A model's next-token logits at three places of one of its own worked answers.
+
+    Samples ``num_samples`` answers to ``question`` at T = 1 (seeded, with
+    :func:`labkit.rollout.generate`), takes the first one that works the problem out inside
+    ``<think>``, and reads the logits right after ``<think>`` (work it out or answer at once: a
+    fork), after the last ``=`` of the reasoning (a computed digit) and after ``<answer>``.
+    ``model``/``tokenizer`` default to the tiny Qwen on the CPU.
+
+    Returns:
+        a dict: ``logits`` (3, V) float32, ``contexts`` (the completion text before each place),
+        ``text`` (the whole completion) and ``decode`` (token id -> text), the arguments of
+        :func:`plot_token_temperature`.
+    """
+    from labkit.models import load_policy
+    from labkit.rollout import generate
+
+    if model is None or tokenizer is None:
+        model, tokenizer = load_policy("tiny", device="cpu")
+    roll = generate(model, tokenizer, [[{"role": "user", "content": question}]],
+                    num_generations=num_samples, max_completion_length=64, temperature=1.0,
+                    generator=torch.Generator().manual_seed(seed))
+    worked = [k for k, text in enumerate(roll.texts)
+              if text.startswith("<think>") and not text.startswith("<think></think>")
+              and "=" in text.split("</think>")[0] and "<answer>" in text]
+    if not worked:
+        raise ValueError(f"none of {num_samples} answers to {question!r} (seed {seed}) is worked "
+                         f"out; try another seed or more samples")
+    k = worked[0]
+    prompt = roll.prompt_ids[k][roll.prompt_mask[k].bool()]
+    completion = roll.completion_ids[k][roll.completion_mask[k].bool()]
+    with torch.no_grad():  # logits[j] predict completion token j
+        logits = model(torch.cat([prompt, completion])[None]).logits[0, len(prompt) - 1:]
+    pieces = tokenizer.convert_ids_to_tokens(completion.tolist())
+    reasoning_end = pieces.index("</think>")
+    positions = [1, reasoning_end - pieces[:reasoning_end][::-1].index("="),
+                 pieces.index("<answer>") + 1]
+    return {"logits": logits[positions].float(), "text": roll.texts[k],
+            "contexts": [tokenizer.convert_tokens_to_string(pieces[:p]) for p in positions],
+            "decode": tokenizer.decode}

@@ -29,6 +29,12 @@ builder                           figure (in :mod:`labkit.viz`)
 ``ratio_spread_widget``           ``plot_ratio_spread``
 ``gfpo_widget``                   ``plot_gfpo_filter``
 ``runs_widget``                   ``plot_runs``
+``temperature_widget``            ``plot_token_temperature``
+``surrogate_weights_widget``      ``plot_surrogate_weights``
+``memory_plan_widget``            ``labkit.memory.plot_memory_plan``
+``majority_vote_widget``          ``plot_majority_vote``
+``sampling_weights_widget``       ``plot_sampling_weights``
+``pass_at_k_widget``              ``plot_pass_at_k``
 ================================  ======================================================
 """
 
@@ -38,6 +44,7 @@ import importlib.util
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -51,9 +58,16 @@ __all__ = [
     "gfpo_widget",
     "group_advantages_widget",
     "kl_estimators_widget",
+    "majority_vote_widget",
+    "memory_plan_figure",
+    "memory_plan_widget",
     "overlong_widget",
+    "pass_at_k_widget",
     "ratio_spread_widget",
     "runs_widget",
+    "sampling_weights_widget",
+    "surrogate_weights_widget",
+    "temperature_widget",
     "widgets_enabled",
 ]
 
@@ -455,3 +469,227 @@ def runs_widget(runs: Mapping[str, pd.DataFrame],
         return viz.plot_runs({n: runs[n] for n in names}, metrics, smooth, x)
 
     return _interactive(draw, controls, rows)
+
+
+def temperature_widget(logits=None, token_labels: Callable[[int], str] | None = None,
+                       contexts: Sequence[str] | None = None, temperature: float = 1.2,
+                       top_k: int = 8, question: str = "347+285=?", seed: int = 0):
+    """Slide the sampling temperature: a model's next-token bars at T beside T = 1, and entropy.
+
+    ``logits`` is (P, V), a model's next-token logits at P positions (see
+    ``viz.plot_token_temperature``); by default the tiny Qwen's at three places of its own worked
+    answer to ``question`` (``viz.fork_logits(question, seed)``). The static fallback compares
+    T = 0.6, 1.0 and 1.2.
+    """
+    if logits is None:
+        fork = viz.fork_logits(question, seed)
+        logits, token_labels, contexts = fork["logits"], fork["decode"], fork["contexts"]
+    if not widgets_enabled():
+        return viz.plot_token_temperature(logits, (0.6, 1.0, 1.2), token_labels, contexts, top_k)
+    controls = {"temperature": _slider("FloatSlider", temperature, 0.1, 2.0, 0.05,
+                                       "temperature T")}
+
+    def draw(temperature):
+        shown = (1.0,) if temperature == 1.0 else (1.0, temperature)
+        return viz.plot_token_temperature(logits, shown, token_labels, contexts, top_k)
+
+    return _interactive(draw, controls)
+
+
+def surrogate_weights_widget(epsilon_low: float = 0.2, epsilon_high: float = 0.28,
+                             cispo_max_weight: float = 2.0, gamma: float = 0.5):
+    """Sliders for PPO's clip half-widths, CISPO's cap and RL-PLUS's gamma over
+    ``viz.plot_surrogate_weights``: the gradient weight of each surrogate against the ratio."""
+    if not widgets_enabled():
+        return viz.plot_surrogate_weights(epsilon_low, epsilon_high, cispo_max_weight, gamma)
+    controls = {
+        "epsilon_low": _slider("FloatSlider", epsilon_low, 0.0, 0.9, 0.01, "ε_low"),
+        "epsilon_high": _slider("FloatSlider", epsilon_high, 0.0, 1.0, 0.01, "ε_high"),
+        "cispo_max_weight": _slider("FloatSlider", cispo_max_weight, 1.0, 5.0, 0.1,
+                                    "CISPO cap"),
+        "gamma": _slider("FloatSlider", gamma, 0.0, 3.0, 0.1, "γ (focal)"),
+    }
+    return _interactive(viz.plot_surrogate_weights, controls)
+
+
+def majority_vote_widget(samples: pd.DataFrame, prompt: int = 0, group_size: int | None = None):
+    """TTRL's vote on sampled groups: slide over the prompts of ``samples`` (the frame of
+    ``labkit.evaluate.sample_answers``) and over G, the samples that vote
+    (``viz.plot_majority_vote``)."""
+    per_prompt = int(samples.groupby("id").size().min())
+    group_size = per_prompt if group_size is None else group_size
+    if not widgets_enabled():
+        return viz.plot_majority_vote(samples, prompt, group_size)
+    controls = {
+        "prompt": _slider("IntSlider", prompt, 0, samples["id"].nunique() - 1, 1, "prompt"),
+        "group_size": _slider("IntSlider", group_size, 1, per_prompt, 1, "samples G"),
+    }
+    return _interactive(partial(viz.plot_majority_vote, samples), controls)
+
+
+def sampling_weights_widget(solve_rates: Sequence[float] = (0.9, 0.6, 0.3, 0.1),
+                            progress: float = 0.25, floor: float = 0.05,
+                            accuracies: Mapping[str, float] | None = None, lam: float = 0.2,
+                            lr: float = 0.025):
+    """Prompt sampling weights as solve rates change (``viz.plot_sampling_weights``): sliders
+    for the solve rates of difficulty 1-4, the share of training done, prioritized sampling's
+    floor, the families' accuracies and MT-GRPO's lambda and learning rate (log scale)."""
+    accuracies = dict(accuracies or {"add": 0.6, "sub": 0.45, "mul": 0.1})
+    if not widgets_enabled():
+        return viz.plot_sampling_weights(solve_rates, progress, floor, accuracies, lam=lam, lr=lr)
+    import ipywidgets as widgets
+
+    rates = {f"d{d + 1}": _slider("FloatSlider", s, 0.0, 1.0, 0.05, f"d{d + 1} solve rate")
+             for d, s in enumerate(solve_rates)}
+    families = {f: _slider("FloatSlider", a, 0.0, 1.0, 0.05, f"{f} accuracy")
+                for f, a in accuracies.items()}
+    controls = {
+        **rates,
+        "progress": _slider("FloatSlider", progress, 0.0, 1.0, 0.05, "training done"),
+        "floor": _slider("FloatSlider", floor, 0.0, 0.5, 0.01, "floor"),
+        **{f"acc_{f}": box for f, box in families.items()},
+        "lam": _slider("FloatSlider", lam, 0.0, 2.0, 0.05, "λ (accuracy term)"),
+        "lr": _slider("FloatLogSlider", lr, -3, 1, 0.1, "MT-GRPO lr", base=10),
+    }
+    rows = [widgets.HBox([*rates.values(), controls["progress"], controls["floor"]],
+                         layout=widgets.Layout(flex_flow="row wrap")),
+            widgets.HBox([*families.values(), controls["lam"], controls["lr"]],
+                         layout=widgets.Layout(flex_flow="row wrap"))]
+
+    def draw(progress, floor, lam, lr, **values):
+        return viz.plot_sampling_weights(
+            [values[f"d{d + 1}"] for d in range(len(solve_rates))], progress, floor,
+            {f: values[f"acc_{f}"] for f in accuracies}, lam=lam, lr=lr)
+
+    return _interactive(draw, controls, rows)
+
+
+def pass_at_k_widget(curves: Mapping[str, pd.DataFrame], cell: str = "all"):
+    """pass@k before and after training, cell by cell (``viz.plot_pass_at_k``): ``curves`` maps
+    a model's name to its ``labkit.evaluate.pass_at_k_curve`` frame."""
+    if not widgets_enabled():
+        return viz.plot_pass_at_k(curves, cell)
+    import ipywidgets as widgets
+
+    first = next(iter(curves.values()))
+    cells = ["all"] + [f"{f} d{d}" for f, d in zip(first["family"], first["difficulty"])
+                       if f != "all"]
+    controls = {"cell": widgets.Dropdown(options=cells, value=cell if cell in cells else "all",
+                                         description="cell", style=_STYLE)}
+    return _interactive(partial(viz.plot_pass_at_k, curves), controls)
+
+
+#: Models the memory planner widget offers: the shipped tiny Qwen and the shipped real shapes.
+MEMORY_PLAN_MODELS = ("tiny", "Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen3-0.6B",
+                      "Qwen/Qwen2.5-1.5B-Instruct")
+
+
+def memory_plan_figure(model: str = "Qwen/Qwen2.5-0.5B-Instruct", num_generations: int = 8,
+                       prompts_per_step: int = 16, prompt_length: int = 256,
+                       max_completion_length: int = 1024, micro_batch_size: int = 8,
+                       dtype: str = "bfloat16", use_peft: bool = False, lora_r: int = 16,
+                       lora_dropout: float = 0.05, gradient_checkpointing: bool = False,
+                       beta: float = 0.0, gpus: Sequence[float] = (16, 24, 40, 80)) -> Figure:
+    """The memory bill of one GRPO step on a GPU (``labkit.memory.memory_plan`` with
+    ``device="cuda"``), drawn by ``labkit.memory.plot_memory_plan`` with the GPU sizes marked.
+
+    The run is ``preset("grpo")`` with these fields; a ``micro_batch_size`` above the step's
+    completions (``num_generations x prompts_per_step``) is lowered to it. With ``use_peft`` the
+    adapters are rank ``lora_r`` on every linear layer (``lora_target_modules="all-linear"``);
+    a ``lora_dropout`` above 0 makes peft keep a dropped copy of each adapted layer's input for
+    the backward pass, which the planner counts.
+    """
+    from labkit.config import preset
+    from labkit.memory import memory_plan, plot_memory_plan
+
+    completions = num_generations * prompts_per_step
+    config = preset("grpo", num_generations=num_generations, prompts_per_step=prompts_per_step,
+                    max_completion_length=max_completion_length,
+                    micro_batch_size=min(micro_batch_size, completions), dtype=dtype,
+                    use_peft=use_peft, lora_r=lora_r, lora_dropout=lora_dropout,
+                    lora_target_modules="all-linear",
+                    gradient_checkpointing=gradient_checkpointing, beta=beta)
+    plan = memory_plan(model, config, prompt_length=prompt_length, device="cuda")
+    # a figure as wide as the notebook column, so the legend beside the bars has room
+    fig = Figure(figsize=(8.6, 3.8), dpi=viz.FIGURE_DPI, layout="constrained")
+    ax = fig.subplots()
+    plot_memory_plan(plan, gpus, axes=ax)
+    top = ax.get_ylim()[1]
+    for label in list(ax.texts):  # a GPU size far above the bars: its label would sit off the
+        if label.xy[1] > top:     # axes and collapse the layout, so it goes into the title
+            label.remove()
+    total = float(plan.loc["total", "GiB"])
+    fits = [f"{g:g}" for g in gpus if total <= g]
+    verdict = f"fits {', '.join(fits)} GiB" if fits else f"fits none of {tuple(gpus)} GiB"
+    ax.set_title(f"{model}: {ax.get_title()}, {verdict}", fontsize="medium")
+    ax.set_xlabel(f"phase of one step (G = {num_generations} x {prompts_per_step} prompts, "
+                  f"{prompt_length} + {max_completion_length} tokens)")
+    return fig
+
+
+def memory_plan_widget(model: str = "Qwen/Qwen2.5-0.5B-Instruct", num_generations: int = 8,
+                       prompts_per_step: int = 16, prompt_length: int = 256,
+                       max_completion_length: int = 1024, micro_batch_size: int = 8,
+                       dtype: str = "bfloat16", use_peft: bool = False, lora_r: int = 16,
+                       lora_dropout: float = 0.05, gradient_checkpointing: bool = False,
+                       beta: float = 0.0, gpus: Sequence[float] = (16, 24, 40, 80)):
+    """The memory planner: pick a model, G, lengths, LoRA and checkpointing; see the bill.
+
+    Redraws :func:`memory_plan_figure` (a stacked bar per phase of a step, the GPU sizes as
+    lines). The LoRA controls are greyed out while LoRA is off; the micro-batch slider runs to
+    the step's completions and follows G and the prompts per step.
+    """
+    if not widgets_enabled():
+        return memory_plan_figure(model, num_generations, prompts_per_step, prompt_length,
+                                  max_completion_length, micro_batch_size, dtype, use_peft,
+                                  lora_r, lora_dropout, gradient_checkpointing, beta, gpus)
+    import ipywidgets as widgets
+
+    def checkbox(value, description):
+        return widgets.Checkbox(value=value, description=description, indent=False,
+                                layout=widgets.Layout(width="auto"))
+
+    generations = _slider("IntSlider", num_generations, 2, 64, 1, "G (num_generations)")
+    prompts = _slider("IntSlider", prompts_per_step, 1, 64, 1, "prompts per step")
+    micro = _slider("IntSlider", min(micro_batch_size, num_generations * prompts_per_step), 1,
+                    num_generations * prompts_per_step, 1, "micro-batch",
+                    tooltip="micro_batch_size: completions per forward/backward")
+    lora = checkbox(use_peft, "LoRA (all-linear)")
+    rank = _slider("IntSlider", lora_r, 1, 256, 1, "LoRA rank r", disabled=not use_peft)
+    dropout = widgets.Dropdown(options=sorted({0.0, 0.05, float(lora_dropout)}),
+                               value=float(lora_dropout), description="LoRA dropout",
+                               style=_STYLE, disabled=not use_peft)
+
+    def follow_batch(change):  # observed before the figure is: the micro-batch is clamped first
+        micro.max = generations.value * prompts.value
+
+    def toggle_rank(change):
+        rank.disabled = dropout.disabled = not change["new"]
+
+    generations.observe(follow_batch, "value")
+    prompts.observe(follow_batch, "value")
+    lora.observe(toggle_rank, "value")
+    controls = {
+        "model": widgets.Dropdown(options=list(MEMORY_PLAN_MODELS), value=model,
+                                  description="model", style=_STYLE),
+        "num_generations": generations,
+        "prompts_per_step": prompts,
+        "prompt_length": _slider("IntSlider", prompt_length, 16, 4096, 16, "prompt tokens"),
+        "max_completion_length": _slider("IntSlider", max_completion_length, 16, 16384, 16,
+                                         "completion tokens"),
+        "micro_batch_size": micro,
+        "dtype": widgets.Dropdown(options=["bfloat16", "float32"], value=dtype,
+                                  description="dtype", style=_STYLE),
+        "use_peft": lora,
+        "lora_r": rank,
+        "lora_dropout": dropout,
+        "gradient_checkpointing": checkbox(gradient_checkpointing, "gradient checkpointing"),
+        "beta": widgets.Dropdown(options=[("beta = 0 (no reference)", 0.0),
+                                          ("beta = 0.04 (reference model)", 0.04)],
+                                 value=beta, description="KL", style=_STYLE),
+    }
+
+    def draw(**values):
+        return memory_plan_figure(**values, gpus=gpus)
+
+    return _interactive(draw, controls)

@@ -512,3 +512,308 @@ def test_runs_widget_shows_every_metric_and_offers_only_step_like_x(monkeypatch)
     controls["a"].value = False
     assert metrics.value == ("entropy", "kl_old") and names.value == ("b",)
     assert widgets.runs_widget(runs, x="reward").children[-2].children[1].value == "reward"
+
+
+# --------------------------------------------------------------------------------------------
+# notebook 07: temperature, surrogate weights, runs over seeds
+# --------------------------------------------------------------------------------------------
+
+LOGITS = torch.tensor([[3.0, 1.0, 0.5, -1.0, 0.0], [0.2, 0.1, 0.0, 2.5, -0.3]])
+
+
+def test_temperature_tokens_are_the_tempered_softmax_and_its_entropy():
+    for t in (0.5, 1.0, 1.7):
+        ids, probs, entropy = viz.temperature_tokens(LOGITS, t, top_k=3)
+        p_all = torch.softmax(LOGITS.double() / t, -1)
+        assert ids.tolist() == [[0, 1, 2], [3, 0, 1]]  # the order does not move with T
+        torch.testing.assert_close(probs.double(), p_all.gather(-1, ids), atol=1e-6, rtol=0)
+        torch.testing.assert_close(entropy.double(), -(p_all * p_all.log()).sum(-1),
+                                   atol=1e-5, rtol=0)
+    hot, cold = viz.temperature_tokens(LOGITS, 1.5)[2], viz.temperature_tokens(LOGITS, 0.6)[2]
+    assert (hot > cold).all(), "a higher temperature flattens the distribution"
+    with pytest.raises(ValueError, match="temperature"):
+        viz.temperature_tokens(LOGITS, 0.0)
+    with pytest.raises(ValueError, match=r"\(P, V\)"):
+        viz.temperature_tokens(LOGITS[0])
+
+
+def test_token_temperature_figure_draws_labkit_probabilities_and_entropy_curve():
+    fig = viz.plot_token_temperature(LOGITS, (0.6, 1.2), token_labels=lambda i: f"tok{i}",
+                                     contexts=["2+3=", "the answer is"], top_k=4)
+    try:
+        heights = [patch.get_height() for patch in fig.axes[0].patches]
+        expected = [viz.temperature_tokens(LOGITS[:1], t, 4)[1][0] for t in (0.6, 1.2)]
+        np.testing.assert_allclose(heights, torch.cat(expected).numpy(), atol=1e-6)
+        assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == [
+            "tok0", "tok1", "tok2", "tok4"]
+        legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+        h06 = float(viz.temperature_tokens(LOGITS[:1], 0.6)[2][0])
+        assert legend[0] == f"T = 0.6: H = {h06:.2f} nats"
+        curve = fig.axes[-1].get_lines()[1].get_ydata()  # position 2's entropy against T
+        assert np.all(np.diff(curve) >= 0) and curve[-1] > curve[0] + 1  # rises with T
+    finally:
+        plt.close(fig)
+    check_figure(viz.plot_token_temperature(LOGITS), 3)
+    with pytest.raises(ValueError, match="contexts"):
+        viz.plot_token_temperature(LOGITS, contexts=["one"])
+
+
+def test_temperature_schedules_draw_labkit_temperature_at():
+    from labkit.exploration import temperature_at
+
+    fig = viz.plot_temperature_schedules(total_steps=50, start=1.2, final=0.8)
+    try:
+        lines = lines_by_label(fig.axes[0])
+        assert set(lines) == {"constant", "linear", "cosine"}
+        np.testing.assert_allclose(
+            lines["cosine"].get_ydata(),
+            [temperature_at(s, 50, 1.2, 0.8, "cosine") for s in range(50)])
+        assert lines["linear"].get_ydata()[[0, -1]].tolist() == pytest.approx([1.2, 0.8])
+    finally:
+        plt.close(fig)
+    check_figure(viz.plot_temperature_schedules(), 1)
+
+
+def test_surrogate_weights_are_each_losss_gradient_relative_to_reinforce():
+    ratio = [0.5, 0.79, 1.0, 1.2, 1.29, 3.0]
+    pos = viz.surrogate_weights(ratio, 1.0, epsilon_low=0.2, epsilon_high=0.28,
+                                cispo_max_weight=2.0)
+    neg = viz.surrogate_weights(ratio, -2.0, epsilon_low=0.2, epsilon_high=0.28)
+    r = np.array(ratio)
+    for table in (pos, neg):
+        assert (table.loc[table.ratio == 1.0, list(viz.SURROGATES)] == 1).all(axis=None)
+        np.testing.assert_allclose(table.no_clip, r)
+    # PPO: zero beyond the band on the side where moving further helps, w = r elsewhere
+    np.testing.assert_allclose(pos.ppo_clip, np.where(r > 1.28, 0, r))
+    np.testing.assert_allclose(neg.ppo_clip, np.where(r < 0.8, 0, r))
+    np.testing.assert_allclose(pos.cispo, np.minimum(r, 2.0))  # capped, never zero
+    sig = 1 / (1 + np.exp(-(r - 1)))
+    np.testing.assert_allclose(pos.sapo, r * 4 * sig * (1 - sig))
+    np.testing.assert_allclose(pos.vespo, np.exp(3) * r ** 2 * np.exp(-3 * r))  # phi(r), k=2
+    with pytest.raises(ValueError, match="advantage"):
+        viz.surrogate_weights(ratio, 0.0)
+
+
+def test_surrogate_weights_figure_and_focal_panel():
+    from labkit.exploration import focal_weight
+
+    fig = viz.plot_surrogate_weights(epsilon_high=0.5, gamma=1.0)
+    try:
+        check_figure(fig, 3)
+        ppo = fig.axes[0].get_lines()[0]
+        x, y = ppo.get_xdata(), ppo.get_ydata()
+        assert np.all(y[x > 1.5] == 0) and np.all(y[x < 1.5] > 0)
+        focal = lines_by_label(fig.axes[2])[r"$\gamma$ = 1"]
+        p = torch.as_tensor(focal.get_xdata())
+        np.testing.assert_allclose(focal.get_ydata(), focal_weight(p.clamp(min=1e-12).log(), 1.0))
+    finally:
+        plt.close(fig)
+
+
+def seeded_log(tmp_path):
+    """Two seeds of three steps, the second seed's values 2 higher, and evaluations at 0 and 2."""
+    frame = pd.DataFrame({"seed": [0, 0, 0, 1, 1, 1], "step": [0, 1, 2] * 2,
+                          "reward": [np.nan, 1.0, 2.0, np.nan, 3.0, 4.0],
+                          "completions_trained": [np.nan, 10, 20, np.nan, 30, 40],
+                          "step_time": [np.nan, 1, 1, np.nan, 2, 2],
+                          "eval_accuracy": [0.2, np.nan, 0.5, 0.4, np.nan, 0.6],
+                          "eval_length": [10, np.nan, 12, 10, np.nan, 16]})
+    return viz.load_run(write_log(tmp_path / "s.csv", "python -m labkit.reference_runs s.json",
+                                  **frame.to_dict("list")))
+
+
+def test_plot_runs_draws_the_mean_over_seeds_with_a_min_max_band(tmp_path):
+    log = seeded_log(tmp_path)
+    one = pd.DataFrame({"step": [1, 2], "reward": [0.0, 0.5]})
+    fig = viz.plot_runs({"two": log, "one": one}, metrics=("reward",), smooth=2)
+    try:
+        ax = fig.axes[0]
+        lines = lines_by_label(ax)
+        # each seed smoothed first (1, 1.5 and 3, 3.5), then averaged
+        np.testing.assert_allclose(lines["two (2 seeds)"].get_ydata(), [2.0, 2.5])
+        (band,) = ax.collections
+        low_high = band.get_paths()[0].vertices[:, 1]
+        assert low_high.min() == pytest.approx(1.0) and low_high.max() == pytest.approx(3.5)
+        legend = fig.legends[0]
+        assert [t.get_text() for t in legend.get_texts()] == ["two (2 seeds)", "one"]
+        assert "band: min-max over seeds" in legend.get_title().get_text()
+    finally:
+        plt.close(fig)
+
+
+def test_runs_summary_gives_mean_and_spread_over_seeds(tmp_path):
+    table = viz.runs_summary({"two": seeded_log(tmp_path)},
+                             extra={"reward, last step": lambda d: d["reward"].iloc[-1]})
+    column = table["two"]
+    assert column["seeds"] == 2 and column["steps"] == 2
+    assert column["eval accuracy, end"] == "0.550 ± 0.050"
+    assert column["eval length, end"] == "14.000 ± 2.000"
+    assert column["reward, last step"] == "3.000 ± 1.000"
+
+
+NOTEBOOK_07_BUILDERS = [
+    (widgets.temperature_widget, {"logits": LOGITS}, 3),
+    (widgets.surrogate_weights_widget, {}, 3),
+]
+
+
+@pytest.mark.parametrize(("builder", "kwargs", "n_axes"), NOTEBOOK_07_BUILDERS,
+                         ids=[b.__name__ for b, _, _ in NOTEBOOK_07_BUILDERS])
+def test_notebook_07_widgets_have_usable_sliders_or_a_static_figure(builder, kwargs, n_axes,
+                                                                    monkeypatch, capsys):
+    test_widget_builder_returns_controls_or_static_figure(builder, kwargs, n_axes, monkeypatch,
+                                                          capsys)
+    test_no_slider_label_eats_its_track(builder, kwargs, n_axes, monkeypatch)
+
+
+# --------------------------------------------------------------------------------------------
+# notebook 08: majority vote, prompt sampling weights, pass@k
+# --------------------------------------------------------------------------------------------
+
+
+def _voted_samples():
+    """Two add prompts of 5 samples: the first's vote is right (58 with "+58", 3 of 5), the
+    second's wrong (121 beats the true 120, 2 to 1, two samples unanswered)."""
+    answers = [("58", "58", "57", "+58", None), ("121", "120", "121", None, "oops")]
+    truth = ("58", "120")
+    rows = []
+    for i, group in enumerate(answers):
+        for a in group:
+            text = "<think>t</think>" + ("" if a is None else f"<answer>{a}</answer>")
+            right = a is not None and a.lstrip("+").isdigit() and int(a) == int(truth[i])
+            rows.append({"id": f"p{i}", "family": "add", "difficulty": 2, "text": text,
+                         "correct": float(right), "question": f"question {i}"})
+    return pd.DataFrame(rows)
+
+
+def test_majority_vote_groups_votes_like_the_ttrl_reward():
+    from labkit.ttrl import ttrl_reward
+
+    samples = _voted_samples()
+    votes = viz.majority_vote_groups(samples)
+    assert votes["majority"].tolist() == ["58", "121"]
+    assert votes["share"].tolist() == [0.6, 0.4]  # None answers count in the share
+    assert votes["majority_right"].tolist() == [1.0, 0.0]
+    assert votes["accuracy"].tolist() == [0.6, 0.2]
+    assert votes["any_right"].tolist() == [1.0, 1.0]
+    # the samples that agree with the vote are exactly those ttrl_reward pays
+    paid = ttrl_reward(samples["id"].tolist(), samples["text"].tolist(),
+                       family=samples["family"].tolist())
+    assert paid == [1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0]
+    first_two = viz.majority_vote_groups(samples, group_size=2)
+    assert first_two["group_size"].tolist() == [2, 2]
+    assert first_two["majority"].tolist() == ["58", "121"]  # a 1-1 tie goes to the first seen
+    with pytest.raises(ValueError, match="group_size"):
+        viz.majority_vote_groups(samples, group_size=0)
+    with pytest.raises(ValueError, match="correct"):
+        viz.majority_vote_groups(samples.drop(columns="correct"))
+
+
+def test_majority_vote_figure_marks_the_vote_and_draws_maj_at_g():
+    samples = _voted_samples()
+    fig = viz.plot_majority_vote(samples, prompt=1, group_size=5)
+    bars_ax, curve_ax = fig.axes
+    assert "majority 121 (40%): wrong" in bars_ax.get_title()
+    heights = sorted(p.get_height() for p in bars_ax.patches)
+    assert heights == [1, 2, 2]  # 121 twice, 120 once; "oops" and no answer do not vote
+    maj = lines_by_label(curve_ax)["majority vote right (maj@G)"].get_ydata()
+    assert list(maj) == [viz.majority_vote_groups(samples, g)["majority_right"].mean()
+                         for g in range(1, 6)]
+    check_figure(fig, 2)
+    with pytest.raises(ValueError, match="prompt must lie in 0..1"):
+        viz.plot_majority_vote(samples, prompt=2)
+    with pytest.raises(ValueError, match="group_size must lie in 1..5"):
+        viz.plot_majority_vote(samples, group_size=6)
+
+
+def test_difficulty_sampling_weights_are_the_samplers_weights():
+    start = viz.difficulty_sampling_weights(progress=0.0)
+    assert start["curriculum"].tolist() == [1.0, 0.0, 0.0, 0.0]  # only the easiest at first
+    done = viz.difficulty_sampling_weights(progress=0.5, curriculum_ratio=0.5)
+    assert done["curriculum"].tolist() == [0.25] * 4  # uniform once the ramp is over
+    rates = np.array([0.9, 0.6, 0.3, 0.1])
+    expected = (1 - rates + 0.05) / (1 - rates + 0.05).sum()
+    assert np.allclose(done["prioritized"], expected)
+    assert np.allclose(done[["uniform", "curriculum", "prioritized"]].sum(), 1.0)
+    with pytest.raises(ValueError, match="solve_rates"):
+        viz.difficulty_sampling_weights(solve_rates=(0.5, 1.5, 0.0, 0.0))
+    with pytest.raises(ValueError, match="progress"):
+        viz.difficulty_sampling_weights(progress=1.5)
+
+
+def test_multitask_weights_move_toward_the_worst_family_and_stay_put_when_equal():
+    paths = viz.multitask_weight_paths({"add": 0.6, "sub": 0.45, "mul": 0.1}, steps=100)
+    assert len(paths) == 101 and paths["weight_mul"].iloc[0] == pytest.approx(1 / 3)
+    assert paths["weight_mul"].is_monotonic_increasing
+    assert paths["weight_add"].is_monotonic_decreasing
+    assert np.allclose(paths.filter(like="weight_").sum(axis=1), 1.0)
+    equal = viz.multitask_weight_paths({"add": 0.5, "sub": 0.5}, steps=20)
+    assert np.allclose(equal[["weight_add", "weight_sub"]], 0.5)
+    faster = viz.multitask_weight_paths({"add": 0.6, "sub": 0.45, "mul": 0.1}, steps=100, lr=1.0)
+    assert faster["weight_mul"].iloc[-1] > paths["weight_mul"].iloc[-1] + 0.1
+    fig = viz.plot_sampling_weights()
+    check_figure(fig, 2)
+
+
+def test_pass_at_k_figure_draws_the_curves_and_the_gain_in_points():
+    from labkit.evaluate import pass_at_k_curve
+
+    before = _voted_samples()
+    after = before.assign(correct=1.0 - before["correct"])
+    curves = {"before": pass_at_k_curve(before), "after": pass_at_k_curve(after)}
+    fig = viz.plot_pass_at_k(curves)
+    curve_ax, gain_ax = fig.axes
+    ks = [1, 2, 3, 4, 5]
+    lines = lines_by_label(curve_ax)
+    assert list(lines["before"].get_xdata()) == ks
+    assert np.allclose(lines["before"].get_ydata(),
+                       [curves["before"].iloc[-1][f"pass@{k}"] for k in ks])
+    gain = lines_by_label(gain_ax)["after - before"].get_ydata()
+    assert np.allclose(gain, [100 * (curves["after"].iloc[-1][f"pass@{k}"]
+                                     - curves["before"].iloc[-1][f"pass@{k}"]) for k in ks])
+    check_figure(fig, 2)
+    check_figure(viz.plot_pass_at_k(curves, cell="add d2"), 2)
+    with pytest.raises(ValueError, match=r"one of \['add d2'\]"):
+        viz.plot_pass_at_k(curves, cell="mul d4")
+
+
+NOTEBOOK_08_BUILDERS = [
+    (widgets.majority_vote_widget, {"samples": _voted_samples()}, 2),
+    (widgets.sampling_weights_widget, {}, 2),
+    (widgets.pass_at_k_widget, {"curves": {"base": pd.DataFrame(
+        {"family": ["add", "all"], "difficulty": [2, "all"], "prompts": [2, 2],
+         "pass@1": [0.2, 0.2], "pass@2": [0.5, 0.5]})}}, 2),
+]
+
+
+@pytest.mark.parametrize(("builder", "kwargs", "n_axes"), NOTEBOOK_08_BUILDERS,
+                         ids=[b.__name__ for b, _, _ in NOTEBOOK_08_BUILDERS])
+def test_notebook_08_widgets_have_usable_sliders_or_a_static_figure(builder, kwargs, n_axes,
+                                                                    monkeypatch, capsys):
+    test_widget_builder_returns_controls_or_static_figure(builder, kwargs, n_axes, monkeypatch,
+                                                          capsys)
+    test_no_slider_label_eats_its_track(builder, kwargs, n_axes, monkeypatch)
+
+
+def test_sampling_weights_widget_redraws_from_its_sliders(monkeypatch, capsys):
+    monkeypatch.delenv("LABKIT_STATIC", raising=False)
+    controls = controls_of(widgets.sampling_weights_widget())
+    controls["d4 solve rate"].value = 0.9
+    controls["MT-GRPO lr"].value = 1.0
+    assert "Cannot draw" not in capsys.readouterr().out
+
+
+def test_fork_logits_reads_the_tiny_qwen_at_three_places_of_its_own_worked_answer():
+    fork = viz.fork_logits("347+285=?", seed=0)
+    think, answer = fork["text"].split("</think>")
+    assert think.startswith("<think>") and len(think) > len("<think>") and "<answer>" in answer
+    assert fork["logits"].shape[0] == 3 and fork["logits"].dtype == torch.float32
+    first, digit, final = fork["contexts"]
+    assert first == "<think>" and digit.endswith("=") and final.endswith("<answer>")
+    assert fork["text"].startswith(digit) and fork["text"].startswith(final)
+    # the token the sample wrote at each place is one the model gave a non-zero probability
+    written = fork["text"][len(digit)], fork["text"][len(final)]
+    probs = torch.softmax(fork["logits"], -1)
+    for row, char in zip((1, 2), written):
+        token = fork["decode"](int(probs[row].argmax()))
+        assert token.isdigit() and char.isdigit()

@@ -30,7 +30,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["LearnerError", "check_function", "random_group_rewards", "random_policy_batch"]
+__all__ = ["LearnerError", "check_function", "check_prediction", "random_group_rewards",
+           "random_policy_batch"]
 
 
 class LearnerError(RuntimeError):
@@ -212,6 +213,14 @@ def _gradients(out, inputs: Mapping[str, Any], weights: list[torch.Tensor]):
             for (k, v), g in zip(wrt.items(), grads)}
 
 
+def _has_gradient_path(out, inputs: Mapping[str, Any]) -> bool:
+    """True when some floating input requires grad and some floating output depends on one."""
+    if not any(isinstance(v, torch.Tensor) and v.requires_grad for v in inputs.values()):
+        return False
+    return any(torch.as_tensor(v).is_floating_point() and torch.as_tensor(v).requires_grad
+               for _, v in _leaves(out))
+
+
 def check_function(learner_fn: Callable, reference_fn: Callable,
                    make_inputs: Callable[[torch.Generator], Mapping[str, Any]],
                    n_trials: int = 5, atol: float = 1e-6, rtol: float = 1e-5,
@@ -235,6 +244,7 @@ def check_function(learner_fn: Callable, reference_fn: Callable,
         :class:`LearnerError` with a hint.
     """
     name = name or getattr(learner_fn, "__name__", "your function")
+    gradients_compared = False  # stays False where no float input reaches a float output
     for trial in range(n_trials):
         generator = torch.Generator().manual_seed(seed + trial)
         inputs = dict(make_inputs(generator))
@@ -258,6 +268,7 @@ def check_function(learner_fn: Callable, reference_fn: Callable,
                                    dtype=torch.float64) for _, e in _leaves(expected)]
             ref_grads = _gradients(expected, ref_inputs, weights)
             learner_grads = _gradients(got, learner_inputs, weights)
+            gradients_compared = gradients_compared or _has_gradient_path(expected, ref_inputs)
             for key, ref_grad in ref_grads.items():
                 worst = _worst(learner_grads[key], ref_grad, atol, rtol)
                 if worst is not None:
@@ -270,6 +281,78 @@ def check_function(learner_fn: Callable, reference_fn: Callable,
         if problem is not None:
             print(f"Not quite (trial {trial + 1} of {n_trials}): {problem}")
             return False
-    checked = "values and gradients" if check_grad else "values"
+    if gradients_compared:
+        checked = "values and gradients"
+    elif check_grad:
+        # integer lengths, boolean masks: there is no gradient to compare, so do not claim one
+        checked = "values; its inputs or outputs are not floating tensors, so no gradient flows"
+    else:
+        checked = "values"
     print(f"Correct! `{name}` matches the reference on {n_trials} random inputs ({checked}).")
     return True
+
+
+# --------------------------------------------------------------------------------------------
+# experiment exercises: change a setting, predict, run, check
+# --------------------------------------------------------------------------------------------
+
+PREDICTIONS = ("up", "down", "same")
+
+
+def _history(run, which: str):
+    """A run's history frame: a ``TrainResult`` (its ``.history``) or the frame itself."""
+    frame = getattr(run, "history", run)
+    if not hasattr(frame, "columns") or not hasattr(frame, "iloc"):
+        raise TypeError(f"{which} must be a TrainResult or its history DataFrame, got "
+                        f"{type(run).__name__}")
+    return frame
+
+
+def check_prediction(prediction: str, baseline, changed, metric: str, *, window: int = 5,
+                     tolerance: float = 0.0) -> bool:
+    """Check a learner's prediction of what a changed setting does to ``metric``.
+
+    The experiment exercise: run a baseline and a run with one setting changed (same seed),
+    predict whether ``metric`` ends ``"up"``, ``"down"`` or the ``"same"`` in the changed run,
+    and this says what the runs showed. Each run's value is the mean of its last ``window``
+    rows that have the metric (one step of 16 prompts is noisy); "same" means the two differ by
+    at most ``tolerance``, "up"/"down" by more than it. One seed per run: the message says so.
+
+    Args:
+        prediction: "up", "down" or "same".
+        baseline, changed: ``TrainResult`` or its ``history`` frame (or an ``eval_history``).
+        metric: a column of both frames, e.g. ``"completion_length"`` or ``"eval_accuracy"``.
+        window: rows averaged at the end of each run (>= 1).
+        tolerance: the largest difference still called "same" (>= 0, finite).
+
+    Returns:
+        True if the runs bear the prediction out; prints what they showed either way.
+    """
+    if prediction not in PREDICTIONS:
+        raise ValueError(f"prediction must be one of {PREDICTIONS}, got {prediction!r}")
+    if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+        raise ValueError(f"window must be an integer >= 1 (rows averaged), got {window!r}")
+    if not (isinstance(tolerance, int | float) and 0 <= tolerance < float("inf")):
+        raise ValueError(f"tolerance must be a finite number >= 0, got {tolerance!r}")
+    ends = []
+    for which, run in (("baseline", baseline), ("changed", changed)):
+        frame = _history(run, which)
+        if metric not in frame.columns:
+            raise ValueError(f"metric {metric!r} is not a column of the {which} run; it has "
+                             f"{sorted(map(str, frame.columns))}")
+        values = frame[metric].dropna()
+        if values.empty:
+            raise ValueError(f"the {which} run has no value of {metric!r}")
+        ends.append(float(values.iloc[-window:].mean()))
+    before, after = ends
+    difference = after - before
+    shown = ("same" if abs(difference) <= tolerance else "up" if difference > 0 else "down")
+    what = (f"{metric} (mean of the last {window} values): baseline {before:.4g}, changed "
+            f"{after:.4g}, difference {difference:+.4g} (\"same\" means within {tolerance:g})")
+    if shown == prediction:
+        print(f"Your prediction ({prediction}) matches what the runs showed: {what}. One seed "
+              f"each: run another seed before you call it a rule.")
+        return True
+    print(f"Not what the runs showed: you predicted {prediction}, they show {shown}. {what}. "
+          f"Look at the metric's curve in both runs to see why.")
+    return False

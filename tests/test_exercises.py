@@ -153,3 +153,61 @@ def test_input_makers_are_seeded_and_shaped():
     assert groups["num_generations"] == 4 and groups["lengths"].min() >= 1
     with pytest.raises(ValueError, match="unknown keys"):
         random_policy_batch(torch.Generator(), keys=("ratio",))
+
+
+def test_integer_and_boolean_functions_do_not_claim_gradients(capsys):
+    """Integer lengths in, or a boolean mask out: no gradient flows, so the message says values
+    only (it used to say "values and gradients" for DAPO's overlong penalty and the dynamic-
+    sampling mask of notebook 04)."""
+    from labkit.filters import dynamic_sampling_mask
+    from labkit.shaping import overlong_penalty
+
+    def lengths(generator):
+        return {"lengths": torch.randint(0, 40, (16,), generator=generator),
+                "max_completion_length": 32, "overlong_buffer_len": 8}
+
+    assert check_function(overlong_penalty, overlong_penalty, lengths)
+    out = capsys.readouterr().out
+    assert "gradients" not in out.replace("no gradient", "") and "no gradient flows" in out
+    assert check_function(dynamic_sampling_mask, dynamic_sampling_mask, random_group_rewards)
+    out = capsys.readouterr().out
+    assert "values and gradients" not in out and "no gradient flows" in out
+
+
+def test_check_prediction_says_what_the_runs_showed(capsys):
+    """The experiment checker compares the last-window means of two histories (synthetic
+    frames: the helper reads metrics only) and names what they showed."""
+    import pandas as pd
+
+    from labkit.exercises import check_prediction
+
+    base = pd.DataFrame({"step": range(1, 11), "completion_length": [20.0] * 10})
+    longer = base.assign(completion_length=[20.0] * 5 + [30.0] * 5)
+    assert check_prediction("up", base, longer, "completion_length")
+    assert "baseline 20, changed 30, difference +10" in capsys.readouterr().out
+    assert not check_prediction("down", base, longer, "completion_length")
+    assert "you predicted down, they show up" in capsys.readouterr().out
+    assert check_prediction("same", base, longer, "completion_length", tolerance=10.0)
+    # only the last `window` rows count: the change happened after step 5
+    assert check_prediction("same", base, longer.iloc[:5], "completion_length")
+    # a TrainResult-like object is read through its .history
+    result = type("Result", (), {"history": longer})()
+    assert check_prediction("up", base, result, "completion_length", window=3)
+
+
+def test_check_prediction_names_bad_input():
+    import pandas as pd
+
+    from labkit.exercises import check_prediction
+
+    frame = pd.DataFrame({"step": [1, 2], "reward": [1.0, 1.5]})
+    with pytest.raises(ValueError, match="prediction must be one of"):
+        check_prediction("higher", frame, frame, "reward")
+    with pytest.raises(ValueError, match="metric 'entropy' is not a column"):
+        check_prediction("up", frame, frame, "entropy")
+    with pytest.raises(ValueError, match="window must be an integer >= 1"):
+        check_prediction("up", frame, frame, "reward", window=0)
+    with pytest.raises(ValueError, match="tolerance must be a finite number"):
+        check_prediction("up", frame, frame, "reward", tolerance=float("inf"))
+    with pytest.raises(TypeError, match="changed must be a TrainResult"):
+        check_prediction("up", frame, [1, 2], "reward")

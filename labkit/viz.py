@@ -52,6 +52,7 @@ the panels.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
@@ -887,6 +888,19 @@ def _over_seeds(df: pd.DataFrame, metric: str, x: str, smooth: int):
             curves.min(axis=1).to_numpy(), curves.max(axis=1).to_numpy())
 
 
+def _regenerate_footer(commands: Mapping[str, str]) -> list[str]:
+    """The lines saying how to regenerate logged runs: one command, one pattern when the commands
+    differ only by the run's name (``.../<name>.json``, so many runs do not widen the figure), else
+    one line per run."""
+    if len(set(commands.values())) <= 1:
+        return [f"regenerate: {c}" for c in set(commands.values())]
+    patterns = {re.sub(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", "<name>", c)
+                for name, c in commands.items()}
+    if len(patterns) == 1 and "<name>" in next(iter(patterns)):
+        return [f"regenerate: {patterns.pop()}"]
+    return [f"regenerate {n}: {c}" for n, c in commands.items()]
+
+
 def plot_runs(runs: Mapping[str, pd.DataFrame],
               metrics: Sequence[str] = ("reward", "accuracy", "completion_length"),
               smooth: int = 1, x: str = "step", axes=None) -> Figure:
@@ -946,11 +960,7 @@ def plot_runs(runs: Mapping[str, pd.DataFrame],
     labels = [h.get_label() for h in handles.values()]
     _legend_above(fig, panels, list(handles.values()), labels, title=title)
     commands = {name: df.attrs["command"] for name, df in runs.items() if df.attrs.get("command")}
-    footer = []
-    if len(set(commands.values())) == 1:
-        footer = [f"regenerate: {next(iter(commands.values()))}"]
-    elif commands:
-        footer = [f"regenerate {n}: {c}" for n, c in commands.items()]
+    footer = _regenerate_footer(commands)
     if footer:
         fig.supxlabel("\n".join(footer), x=0.01, ha="left", fontsize=_SMALL)
     if axes is None:  # room for the footer on top of the panels' own height

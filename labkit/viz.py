@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
@@ -951,7 +952,11 @@ def plot_runs(runs: Mapping[str, pd.DataFrame],
                 ax.plot(xs, y, color=f"C{k}", alpha=0.25, lw=1)
                 y = y.rolling(smooth, min_periods=1).mean()
             (handles[name],) = ax.plot(xs, y, color=f"C{k}", label=name)
-        ax.set(title=metric + (f"\n(not logged by: {', '.join(missing)})" if missing else ""),
+        # A long list of names would stretch the panel's title past the figure: count them instead
+        absent = ("" if not missing else
+                  f"\n(not logged by: {', '.join(missing)})" if len(missing) <= 2 else
+                  f"\n({len(missing)} of {len(runs)} runs lack it)")
+        ax.set(title=metric + absent,
                xlabel="training step" if x == "step" else x,
                ylabel=_METRIC_UNITS.get(metric, metric))  # the title names the metric
     seeded = any(_seeds(df) > 1 for df in runs.values())
@@ -960,7 +965,11 @@ def plot_runs(runs: Mapping[str, pd.DataFrame],
     labels = [h.get_label() for h in handles.values()]
     _legend_above(fig, panels, list(handles.values()), labels, title=title)
     commands = {name: df.attrs["command"] for name, df in runs.items() if df.attrs.get("command")}
-    footer = _regenerate_footer(commands)
+    # "small" is about 8.3 pt; a character of it about 0.6 em wide: wrap to the figure's width
+    columns = max(20, int(fig.get_figwidth() * 72 / (0.6 * 8.3)))
+    footer = [part for line in _regenerate_footer(commands)
+              for part in textwrap.wrap(line, columns, subsequent_indent="    ",
+                                        break_on_hyphens=False)]
     if footer:
         fig.supxlabel("\n".join(footer), x=0.01, ha="left", fontsize=_SMALL)
     if axes is None:  # room for the footer on top of the panels' own height

@@ -4,7 +4,9 @@ One JupyterLab server (localhost, a random free port, a token, its own settings,
 config and runtime dirs, no browser of its own) serves a notebook generated in a temporary dir.
 That notebook holds every widget cell of ``notebooks/0*.ipynb``, with their sources copied
 verbatim (and, for ``runs_widget``, the notebook's own cell that loads the reference logs from
-``data/runs/`` with ``viz.load_run``); the notebooks' training cells are left out, so the whole
+``data/runs/`` with ``viz.load_run``; for a cell that plots the notebook's live results, its own
+widget call on inputs rebuilt small, see ``WIDGET_INPUTS``); the notebooks' training cells are left
+out, so the whole
 test takes well under a minute and a half on two cores. The kernel's environment has no
 ``LABKIT_STATIC``, so the widgets are interactive, as on a learner's machine.
 
@@ -15,8 +17,8 @@ output column is about 850 px wide), runs all cells, then for each widget cell:
   "Cannot draw this"), with a PNG figure below its controls;
 - every slider's track is at least ``MIN_TRACK_PX`` wide (a long description must not eat it);
 - the figure is shown at its own size (the notebook column does not shrink it);
-- dragging a slider with the mouse (or, for a widget without sliders, editing its first text
-  box) redraws the figure: the image's bytes change.
+- dragging a slider with the mouse (or, for a widget without sliders, choosing another entry of
+  its first menu or editing its first text box) redraws the figure: the image's bytes change.
 
 and, for the whole page, that the browser console logged no error. Skips (with the reason) where
 playwright or a Chromium binary is missing: CI installs both (``.ci/run``, the ``dev`` extra).
@@ -24,6 +26,7 @@ playwright or a Chromium binary is missing: CI installs both (``.ci/run``, the `
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import os
@@ -83,9 +86,62 @@ def widget_cells() -> list[dict]:
                              None)
                 if setup is None or "load_run" not in setup:  # never a training cell
                     setup = DEFAULT_RUNS
+            elif free_names(source) - PRELUDE_NAMES:  # needs the notebook's live results
+                setup = WIDGET_INPUTS.get(match.group(1))
+                assert setup, (f"{path.name} cell {index} builds {match.group(1)} from names the"
+                               f" test cannot provide ({sorted(free_names(source))}): add a small"
+                               " input for it to WIDGET_INPUTS")
+                source = widget_call(source)
             found.append({"notebook": path.stem, "index": index, "builder": match.group(1),
                           "source": source, "setup": setup})
     return found
+
+
+def free_names(source: str) -> set[str]:
+    """Names a cell reads without assigning them itself (builtins aside)."""
+    import builtins
+
+    tree = ast.parse(source)
+    assigned, read = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else assigned).add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            assigned |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            assigned.add(node.name)
+        elif isinstance(node, ast.arg):
+            assigned.add(node.arg)
+    return read - assigned - set(dir(builtins))
+
+
+def widget_call(source: str) -> str:
+    """The cell's own statement that builds the widget (its last one naming ``widgets.*_widget``)."""
+    statements = [s for s in ast.parse(source).body
+                  if WIDGET_CALL.search(ast.get_source_segment(source, s) or "")]
+    return ast.get_source_segment(source, statements[-1])
+
+
+# Widget cells that plot the notebook's live results (sampled answers, pass@k of a trained model)
+# keep their own widget call; its inputs are rebuilt here, small, by the same labkit functions on
+# the shipped model, so the browser test stays well under a minute and a half.
+_SAMPLED = """\
+from labkit.evaluate import pass_at_k_curve, sample_answers
+from labkit.models import load_policy
+from labkit.tasks import load_split
+base, tokenizer = load_policy("tiny", device="cpu")
+votes = sample_answers(base, tokenizer, load_split("eval").select(range(4)), k=16, seed=0,
+                       max_completion_length=64)
+"""
+WIDGET_INPUTS = {
+    "majority_vote_widget": _SAMPLED,
+    "pass_at_k_widget": _SAMPLED + """\
+curves = {"base, T=1": pass_at_k_curve(votes, ks=[1, 2, 4, 8, 16]),
+          "base, T=1.5": pass_at_k_curve(
+              sample_answers(base, tokenizer, load_split("eval").select(range(4)), k=16, seed=0,
+                             temperature=1.5, max_completion_length=64), ks=[1, 2, 4, 8, 16])}
+""",
+}
 
 
 DEFAULT_RUNS = 'runs = {"GRPO": viz.load_run(DATA_DIR / "runs" / "02_grpo" / "grpo.csv")}'
@@ -105,6 +161,8 @@ ROOT = Path({root!r})
 NOTEBOOKS = ROOT / "notebooks"
 torch.set_num_threads(1)
 """
+PRELUDE_NAMES = {"os", "Path", "pd", "torch", "viz", "widgets", "DATA_DIR", "ROOT", "NOTEBOOKS",
+                 "RUNS", "runs"}
 
 
 def build_notebook(path: Path) -> list[dict]:
@@ -343,6 +401,10 @@ def check_cell(page, cell) -> list[str]:
         page.mouse.move(target, y, steps=5)
         page.mouse.up()
         what = "dragging its first slider"
+    elif locator.locator(".widget-dropdown select").count():
+        menu = locator.locator(".widget-dropdown select").first
+        menu.select_option(index=0 if menu.evaluate("m => m.selectedIndex") else 1)
+        what = "choosing another entry of its first menu"
     else:
         box = locator.locator(".widget-text input").first
         values = box.input_value().split(",")

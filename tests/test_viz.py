@@ -364,6 +364,38 @@ def test_live_plot_checks_its_period_and_is_silent_outside_ipython():
     assert plot.handle is None
 
 
+def test_plot_runs_of_many_logs_stays_within_its_own_width(tmp_path):
+    """Sixteen logs, most without one metric, each with its own regenerate command: the panel
+    titles and the footer must not stretch the saved figure past its width (a notebook column
+    would shrink it)."""
+    import io
+
+    from PIL import Image
+
+    runs = {}
+    for k in range(16):
+        columns = {"step": range(10), "reward": np.arange(10.0) + k}
+        if k < 3:
+            columns["kl_ref"] = np.linspace(0, 0.1, 10)
+        runs[f"variant_number_{k}"] = viz.load_run(write_log(
+            tmp_path / f"variant_number_{k}.csv",
+            f"python -m labkit.reference_runs data/runs/07_exploration/variant_number_{k}.json",
+            **columns))
+    fig = viz.plot_runs(runs, metrics=("reward", "kl_ref"))
+    try:
+        assert "13 of 16 runs lack it" in fig.axes[1].get_title()
+        assert " ".join(fig.texts[0].get_text().split()) == (
+            "regenerate: python -m labkit.reference_runs data/runs/07_exploration/<name>.json")
+        FigureCanvasAgg(fig)
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", bbox_inches="tight", pad_inches=0)
+        buffer.seek(0)
+        width = Image.open(buffer).size[0]
+        assert width <= fig.get_figwidth() * fig.dpi + 1
+    finally:
+        plt.close(fig)
+
+
 def test_plot_runs_labels_units_and_leaves_no_empty_panel():
     history = pd.DataFrame({"step": [1, 2], "accuracy": [0.1, 0.2], "entropy": [0.3, 0.2],
                             "completion_length": [10, 12], "value_loss": [0.5, 0.1]})

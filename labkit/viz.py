@@ -326,8 +326,9 @@ def clip_cases_table(epsilon_low: float = 0.2, epsilon_high: float | None = 0.2,
     :math:`J=-\ell` from :func:`labkit.losses.clipped_surrogate`, its gradient :math:`dJ/dr` from
     autograd, whether that gradient is zero, and what it means.
 
-    Expected (methods-core section 1.2): zero for (A > 0, above) and (A < 0, below); non-zero for
-    (A > 0, below) and (A < 0, above), the latter also zero with ``dual_clip`` below the ratio.
+    Expected (PPO's clipped objective, arXiv 1707.06347 eq. 7): zero for (A > 0, above) and
+    (A < 0, below); non-zero for (A > 0, below) and (A < 0, above), the latter also zero with
+    ``dual_clip`` below the ratio.
     """
     epsilon_high = epsilon_low if epsilon_high is None else epsilon_high
     low, high = 1 - epsilon_low, 1 + epsilon_high

@@ -1,7 +1,8 @@
 """Reference solutions to the exercises of notebooks/01_ppo.ipynb.
 
 Each function has the signature of the notebook's stub; the notebook checks it against labkit's
-implementation with ``labkit.exercises.check_function``. Import with
+implementation with ``labkit.exercises.check_function``; ``EXPERIMENT_PREDICTION`` answers
+the experiment exercise (checked with ``labkit.exercises.check_prediction``). Import with
 ``importlib.import_module("solutions.01_ppo")`` (the name starts with a digit).
 """
 
@@ -41,3 +42,9 @@ def gae(token_rewards, values, mask, gamma, lam):
         next_value = torch.where(m[:, t], values[:, t], 0)
     returns = torch.where(m, advantages + values, 0)
     return advantages, returns
+
+
+# Exercise 4 (experiment): num_iterations 1 -> 4 (one mini-batch), metric clip_region.
+# With one update per batch the policy being trained is the one that sampled, so every ratio is 1
+# and nothing clips; the later passes see ratios that moved away from 1, and the clip catches them.
+EXPERIMENT_PREDICTION = "up"

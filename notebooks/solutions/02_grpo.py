@@ -1,7 +1,8 @@
 """Reference solutions to the exercises of notebooks/02_grpo.ipynb.
 
 Each function has the signature of the notebook's stub; the notebook checks it against labkit's
-implementation with ``labkit.exercises.check_function``. Import with
+implementation with ``labkit.exercises.check_function``; ``EXPERIMENT_PREDICTION`` answers
+the experiment exercise (checked with ``labkit.exercises.check_prediction``). Import with
 ``importlib.import_module("solutions.02_grpo")`` (the name starts with a digit).
 """
 
@@ -29,3 +30,9 @@ def grpo_aggregate(per_token_loss, mask):
     m = mask.bool()
     per_sequence = torch.where(m, per_token_loss, 0).sum(-1) / m.sum(-1).clamp(min=1)
     return per_sequence.mean()
+
+
+# Exercise 4 (experiment): beta 0.04 -> 1.0, metric kl_ref.
+# beta weighs the KL-to-reference term of the loss against the reward: a larger beta pulls the policy
+# back towards the reference harder, so it drifts less far from it in the same steps.
+EXPERIMENT_PREDICTION = "down"

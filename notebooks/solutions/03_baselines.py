@@ -1,7 +1,8 @@
 """Reference solutions to the exercises of notebooks/03_baselines.ipynb.
 
 Each function has the signature of the notebook's stub; the notebook checks it against labkit's
-implementation with ``labkit.exercises.check_function``. Import with
+implementation with ``labkit.exercises.check_function``; ``EXPERIMENT_PREDICTION`` answers
+the experiment exercise (checked with ``labkit.exercises.check_prediction``). Import with
 ``importlib.import_module("solutions.03_baselines")`` (the name starts with a digit).
 """
 
@@ -31,3 +32,9 @@ def gdpo_advantages(rewards_per_func, weights, num_generations):
         [group_advantages(rewards_per_func[:, k], num_generations)
          for k in range(rewards_per_func.shape[1])], dim=1)
     return batch_normalize(per_func @ weights.to(per_func.dtype))
+
+
+# Exercise 4 (experiment): scale_rewards "group" -> "none", metric grad_norm.
+# Rewards in a group are essentially 0/1, whose std is below 1 (at most 0.53 for G = 8): dividing by
+# it enlarges the advantages, and the gradient is linear in them. Without it the gradient is smaller.
+EXPERIMENT_PREDICTION = "down"

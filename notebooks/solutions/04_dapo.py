@@ -1,7 +1,8 @@
 """Reference solutions to the exercises of notebooks/04_dapo.ipynb.
 
 Each function has the signature of the notebook's stub; the notebook checks it against labkit's
-implementation with ``labkit.exercises.check_function``. Import with
+implementation with ``labkit.exercises.check_function``; ``EXPERIMENT_PREDICTION`` answers
+the experiment exercise (checked with ``labkit.exercises.check_prediction``). Import with
 ``importlib.import_module("solutions.04_dapo")`` (the name starts with a digit).
 """
 
@@ -24,3 +25,9 @@ def dynamic_sampling_mask(rewards, num_generations):
     """DAPO's dynamic sampling: keep a group (True) when its rewards are not all equal."""
     grouped = rewards.view(-1, num_generations)
     return grouped.amax(-1) > grouped.amin(-1)
+
+
+# Exercise 4 (experiment): dynamic_sampling False -> True, metric completions_trained.
+# A group whose rewards are all equal has zero advantage and trains nothing; dynamic sampling drops
+# such groups and samples new prompts to refill the batch, so more completions carry a gradient.
+EXPERIMENT_PREDICTION = "up"

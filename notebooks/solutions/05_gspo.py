@@ -1,7 +1,8 @@
 """Reference solutions to the exercises of notebooks/05_gspo.ipynb.
 
 Each function has the signature of the notebook's stub; the notebook checks it against labkit's
-implementation with ``labkit.exercises.check_function``. Import with
+implementation with ``labkit.exercises.check_function``; ``EXPERIMENT_PREDICTION`` answers
+the experiment exercise (checked with ``labkit.exercises.check_prediction``). Import with
 ``importlib.import_module("solutions.05_gspo")`` (the name starts with a digit).
 """
 
@@ -28,3 +29,9 @@ def gspo_loss(logp, old_logp, advantages, mask, epsilon_low=3e-4, epsilon_high=4
     unclipped = s * advantages
     clipped = s.clamp(1 - epsilon_low, 1 + epsilon_high) * advantages
     return -torch.minimum(unclipped, clipped).mean()
+
+
+# Exercise 4 (experiment): importance_sampling_level "token" -> "sequence" under GSPO's band, metric
+# clip_region. Per token only the tokens that moved past 3e-4 clip, and many barely move; the sequence
+# ratio averages the response's log-ratios, leaves the band on the few that moved, and clips all tokens.
+EXPERIMENT_PREDICTION = "up"

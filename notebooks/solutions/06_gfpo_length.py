@@ -1,7 +1,8 @@
 """Reference solutions to the exercises of notebooks/06_gfpo_length.ipynb.
 
 Each function has the signature of the notebook's stub; the notebook checks it against labkit's
-implementation with ``labkit.exercises.check_function``. Import with
+implementation with ``labkit.exercises.check_function``; ``EXPERIMENT_PREDICTION`` answers
+the experiment exercise (checked with ``labkit.exercises.check_prediction``). Import with
 ``importlib.import_module("solutions.06_gfpo_length")`` (the name starts with a digit).
 """
 
@@ -32,3 +33,9 @@ def laser_reward(rewards, lengths, target_length=32, alpha=0.5):
     """LASER: R + alpha * 1[R = 1] * 1[length <= L_T]."""
     bonus = (rewards == 1) & (lengths <= target_length)
     return rewards + alpha * bonus.to(rewards.dtype)
+
+
+# Exercise 4 (experiment): num_remains_in_group None -> 8 (of G = 16), metric completions_trained.
+# Only kept completions can carry a gradient, and only in groups whose kept rewards differ: keeping the
+# 8 shortest halves the candidates and often leaves kept sets that all share one reward.
+EXPERIMENT_PREDICTION = "down"

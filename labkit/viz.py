@@ -821,10 +821,13 @@ _METRIC_UNITS = {
 
 
 def runs_summary(runs: Mapping[str, pd.DataFrame],
-                 extra: Mapping[str, Callable[[pd.DataFrame], float]] | None = None
-                 ) -> pd.DataFrame:
+                 extra: Mapping[str, Callable[[pd.DataFrame], float]] | None = None,
+                 late_from: int | None = None) -> pd.DataFrame:
     """One column per run: steps, completions that trained, seconds per step, eval accuracy and
     length at the start and the end, and the best eval accuracy.
+
+    One evaluation of a few hundred samples is noisy, so ``late_from`` (a step) adds two rows: a
+    seed's eval accuracy and eval length averaged over its evaluations at that step and after.
 
     ``extra`` adds rows: a name and a function of the run's training rows (one seed's), e.g.
     ``{"entropy, last 20 steps": lambda d: d["entropy"].tail(20).mean()}``. A log of several
@@ -843,9 +846,9 @@ def runs_summary(runs: Mapping[str, pd.DataFrame],
             raise ValueError(f"run {name!r} has no {sorted(missing)} column(s); runs_summary "
                              f"needs a log with evaluations (labkit.reference_runs writes them)")
         if _seeds(df) < 2:
-            rows[name] = _summary_of_one_seed(df, extra)
+            rows[name] = _summary_of_one_seed(df, extra, late_from)
             continue
-        per_seed = pd.DataFrame([_summary_of_one_seed(part, extra)
+        per_seed = pd.DataFrame([_summary_of_one_seed(part, extra, late_from)
                                  for _, part in df.groupby("seed")])
         spread = (per_seed.max() - per_seed.min()) / 2
         rows[name] = {key: f"{per_seed[key].mean():.3f} ± {spread[key]:.3f}"
@@ -858,7 +861,8 @@ def runs_summary(runs: Mapping[str, pd.DataFrame],
     return table
 
 
-def _summary_of_one_seed(df: pd.DataFrame, extra: Mapping[str, Callable]) -> dict:
+def _summary_of_one_seed(df: pd.DataFrame, extra: Mapping[str, Callable],
+                         late_from: int | None = None) -> dict:
     steps, evals = df.dropna(subset=["reward"]), df.dropna(subset=["eval_accuracy"])
     row = {"steps": int(steps["step"].max()),
            "completions with a gradient per step": steps["completions_trained"].mean(),
@@ -868,6 +872,10 @@ def _summary_of_one_seed(df: pd.DataFrame, extra: Mapping[str, Callable]) -> dic
            "best eval accuracy": evals["eval_accuracy"].max(),
            "eval length, start": evals["eval_length"].iloc[0],
            "eval length, end": evals["eval_length"].iloc[-1]}
+    if late_from is not None:
+        late = evals[evals["step"] >= late_from]
+        row[f"eval accuracy, steps {late_from}+"] = late["eval_accuracy"].mean()
+        row[f"eval length, steps {late_from}+"] = late["eval_length"].mean()
     row.update({key: float(fn(steps)) for key, fn in extra.items()})
     return row
 

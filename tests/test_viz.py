@@ -681,6 +681,12 @@ def test_runs_summary_gives_mean_and_spread_over_seeds(tmp_path):
     assert column["eval accuracy, end"] == "0.550 ± 0.050"
     assert column["eval length, end"] == "14.000 ± 2.000"
     assert column["reward, last step"] == "3.000 ± 1.000"
+    # averaged over the evaluations from step 0 on: seed 0 (0.2 + 0.5) / 2, seed 1 (0.4 + 0.6) / 2
+    late = viz.runs_summary({"two": seeded_log(tmp_path)}, late_from=0)["two"]
+    assert late["eval accuracy, steps 0+"] == "0.425 ± 0.075"
+    assert late["eval length, steps 0+"] == "12.000 ± 1.000"
+    assert viz.runs_summary({"two": seeded_log(tmp_path)}, late_from=2)["two"][
+        "eval accuracy, steps 2+"] == "0.550 ± 0.050"
 
 
 NOTEBOOK_07_BUILDERS = [

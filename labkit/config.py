@@ -63,6 +63,14 @@ SAMPLING_DTYPES = ("bfloat16", "float32")
 LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine")
 
 
+def inert_clip_higher_message(config) -> str:
+    """The one wording of the inert clip-higher warning (config time and the run doctor)."""
+    return (f"epsilon_high = {config.epsilon_high} > epsilon = {config.epsilon}, but every batch "
+            f"trains one optimizer step (num_iterations = num_mini_batches = 1): the ratio is "
+            f"exactly 1 and no clip ever binds, so clip-higher changes nothing; DAPO splits each "
+            f"batch into 16 mini-batches (set num_mini_batches > 1 to make it act)")
+
+
 @dataclass
 class TrainConfig:
     """All settings of a run; ``TrainConfig()`` is the lab's GRPO (``preset("grpo")``).
@@ -403,6 +411,14 @@ class TrainConfig:
         return self.num_iterations > 1 or self.num_mini_batches > 1
 
     @property
+    def clip_higher_inert(self) -> bool:
+        """True when ``epsilon_high`` widens the band (DAPO's clip-higher) but the run is on-policy:
+        every ratio is exactly 1 at its one update, no clip ever binds, and the setting changes
+        nothing. (CISPO's ``epsilon_high`` is a weight cap, not a band, and is not counted.)"""
+        return (self.epsilon_high is not None and self.epsilon_high > self.epsilon
+                and self.loss_type != "cispo" and not self.off_policy)
+
+    @property
     def needs_reference(self) -> bool:
         """A frozen reference model exists only when the KL coefficient is non-zero."""
         return self.beta != 0
@@ -606,7 +622,9 @@ class TrainConfig:
             warnings.warn(f"importance_sampling_level='sequence' with loss_type="
                           f"{self.loss_type!r} weighs each sequence by its length; GSPO as "
                           f"published uses loss_type='grpo' (TRL gives the same warning)",
-                          stacklevel=3)
+                          stacklevel=4)
+        if self.clip_higher_inert:
+            warnings.warn(inert_clip_higher_message(self), stacklevel=4)
 
     def _check_exploration(self):
         if self.temperature_schedule != "constant" and self.temperature_final is None:
@@ -863,7 +881,8 @@ def _dapo(**overrides) -> TrainConfig:
     and soft overlong punishment, no KL (beta = 0), constant learning rate after warm-up.
 
     Lab deviations: G = 8 (paper 16), 16 prompts per step (paper 512) and one optimizer step per
-    batch (paper: 16 mini-batches); the overlong buffer is a fifth of max_completion_length (25
+    batch (paper: 16 mini-batches), so clip-higher is inert unless ``num_mini_batches > 1`` (the
+    config warns, and the run doctor names it); the overlong buffer is a fifth of max_completion_length (25
     of 128 tokens; paper 4096 of 20480); at most 3 extra sampling rounds (verl: 10 generation
     batches in all); dynamic sampling filters on the total reward rather than on accuracy alone,
     since only a group with equal totals has zero advantage; learning rate as the GRPO preset.

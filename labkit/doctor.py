@@ -41,6 +41,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from .config import inert_clip_higher_message
+
 __all__ = ["CHECKS", "Check", "Finding", "RunDoctor", "diagnose", "troubleshooting_table"]
 
 
@@ -164,16 +166,9 @@ def _reward_without_skill(history, config, window):
 
 
 def _inert_clip_higher(history, config, window):
-    if config is None:
+    if not getattr(config, "clip_higher_inert", False):
         return None
-    high = getattr(config, "epsilon_high", None)
-    on_policy = (getattr(config, "num_iterations", 1) == 1
-                 and getattr(config, "num_mini_batches", 1) == 1)
-    if high is None or high <= config.epsilon or not on_policy:
-        return None
-    return None, None, (f"epsilon_high = {high} > epsilon = {config.epsilon}, but every batch "
-                        f"is used for one optimizer step: the ratio is exactly 1 and no clip ever "
-                        f"binds, so clip-higher changes nothing")
+    return None, None, inert_clip_higher_message(config)
 
 
 #: The doctor's rules, in the order it reports them.

@@ -84,6 +84,20 @@ def test_sequence_ratio_with_token_sum_loss_warns_like_trl():
         TrainConfig(importance_sampling_level="sequence", loss_type="grpo")
 
 
+
+def test_clip_higher_on_policy_warns_and_splitting_the_batch_silences_it():
+    """DAPO's clip-higher acts only on off-policy mini-batches; on-policy it must not be silent."""
+    with pytest.warns(UserWarning, match="clip-higher changes nothing"):
+        inert = preset("dapo")
+    assert inert.clip_higher_inert
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for acting in (preset("dapo", num_mini_batches=4), preset("dapo", num_iterations=2),
+                       TrainConfig(loss_type="cispo", epsilon_high=5.0), TrainConfig()):
+            assert not acting.clip_higher_inert
+    with pytest.warns(UserWarning, match="epsilon_high = 0.28"):
+        preset("dapo", num_mini_batches=4).num_mini_batches = 1  # assignment is checked too
+
 def test_derived_sizes():
     cfg = TrainConfig(prompts_per_step=8, num_generations=4, num_mini_batches=2,
                       micro_batch_size=5)

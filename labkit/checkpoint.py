@@ -207,5 +207,34 @@ def _load_pretrained_weights(model, folder: Path, directory: Path) -> None:
                               f"missing {untied[:5]}, unexpected {unexpected[:5]}")
 
 
-__all__ = ["CheckpointError", "load_checkpoint", "load_state", "save_checkpoint",
-           "verify_checkpoint"]
+#: Fields that may differ between a checkpoint and the run resuming it (they do not change what
+#: the run computes); any other difference is refused by :func:`check_same_run`.
+RESUMABLE_CHANGES = frozenset({
+    "max_steps", "eval_every", "eval_k", "eval_max_prompts", "output_dir", "save_every",
+    "save_on_interrupt", "resume_from", "progress", "max_nonfinite_steps", "device",
+    "micro_batch_size", "gradient_checkpointing", "rollback_nonfinite_weights"})
+
+
+def check_same_run(saved: dict, config, directory) -> None:
+    """Refuse to resume a checkpoint whose run had another configuration (``saved``, the
+    checkpoint's ``config`` dict) in any field outside :data:`RESUMABLE_CHANGES`: resuming would
+    silently mix two runs."""
+    current = config.to_dict()
+    changed = sorted(name for name in set(saved) | set(current)
+                     if name not in RESUMABLE_CHANGES
+                     and _as_tuple(saved.get(name)) != _as_tuple(current.get(name)))
+    if changed:
+        details = ", ".join(f"{n}: {saved.get(n)!r} -> {current.get(n)!r}" for n in changed[:6])
+        raise ValueError(f"checkpoint {directory} was saved by a run with another configuration "
+                         f"({details}); resuming would silently mix two runs. Resume with the "
+                         f"saved configuration (labkit.checkpoint.load_state(path)['config']) or "
+                         f"start a new run")
+
+
+def _as_tuple(value):
+    # a list read back from the saved state equals the config's tuple
+    return tuple(value) if isinstance(value, list) else value
+
+
+__all__ = ["RESUMABLE_CHANGES", "CheckpointError", "check_same_run", "load_checkpoint",
+           "load_state", "save_checkpoint", "verify_checkpoint"]

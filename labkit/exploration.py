@@ -28,6 +28,7 @@ function                            method (switch)
 ``/ kl_cov_mask``                   KL-penalise the few tokens whose log-prob covaries most with
                                     their advantage, the ones that drive entropy down
                                     (``cov_penalty``)
+``token_filters``                   the two above, as the trainer applies them to one micro-batch
 ==================================  ===============================================================
 
 Where the lab chooses (the papers leave it open or the lab is small): the temperature schedule's
@@ -57,6 +58,7 @@ __all__ = [
     "ngram_embeddings",
     "reset_reference",
     "temperature_at",
+    "token_filters",
     "top_entropy_mask",
 ]
 
@@ -245,3 +247,40 @@ def kl_cov_mask(cov: torch.Tensor, mask: torch.Tensor, ratio: float = 2e-3) -> t
     scores = torch.where(m, cov, -torch.inf).reshape(-1)
     chosen.view(-1)[scores.topk(count).indices] = True
     return chosen
+
+
+def token_filters(config, logp: torch.Tensor, old_logp: torch.Tensor | None,
+                  advantages: torch.Tensor, mask: torch.Tensor,
+                  token_weights: torch.Tensor | None = None,
+                  generator: torch.Generator | None = None):
+    """What the token-level switches do to one micro-batch's loss: ``(weights, penalty,
+    filtered)``, each (B, T) or None.
+
+    ``token_weights`` is the step's top-entropy mask (or None); ``config.cov_penalty`` then adds
+    Clip-Cov's silenced tokens (their weight set to 0) or KL-Cov's penalty
+    ``kl_cov_coef * |log pi - log pi_old|`` on the chosen tokens, whose clip
+    :func:`labkit.losses.policy_loss` must then drop. ``filtered`` (bool) marks every token the
+    filters touched, for the ``tokens_masked`` metric. ``advantages`` is (B,) or (B, T);
+    ``old_logp`` None means on-policy (the ratio is 1). ``(None, None, None)`` when no filter is
+    on.
+    """
+    weights = token_weights
+    if config.cov_penalty is None:
+        return weights, None, None if weights is None else weights == 0
+    old = logp.detach() if old_logp is None else old_logp
+    advantages = advantages[:, None] if advantages.dim() == 1 else advantages
+    cov = covariance(logp, advantages, mask)
+    if config.cov_penalty == "kl_cov":
+        chosen = kl_cov_mask(cov, mask, config.kl_cov_ratio)
+        penalty = config.kl_cov_coef * (logp - old).abs() * chosen
+        filtered = chosen if weights is None else chosen | (weights == 0)
+        return weights, penalty, filtered
+    ratio = torch.exp((logp - old).detach())
+    high = 1 + (config.epsilon if config.epsilon_high is None else config.epsilon_high)
+    clipped = (((advantages > 0) & (ratio > high))
+               | ((advantages < 0) & (ratio < 1 - config.epsilon)))
+    silenced = clip_cov_mask(cov, mask, clipped, config.clip_cov_ratio, config.clip_cov_lb,
+                             config.clip_cov_ub, generator)
+    keep = (~silenced).float()
+    weights = keep if weights is None else weights * keep
+    return weights, None, weights == 0

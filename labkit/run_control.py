@@ -7,12 +7,16 @@
 * :func:`capture_rng` / :func:`restore_rng`: the random state a step draws from, so a step that
   failed before its update (an interrupt or an error while sampling or scoring) can be retried
   with the same prompts and samples.
+* :func:`guarded_optimizer_step`: clip and step, unless a loss or gradient was NaN/inf; if the
+  step itself makes a weight non-finite, the weights go back to what they were, so NaNs never
+  silently poison a run.
 * :func:`peak_memory_mb`: peak CUDA memory, else the process's peak resident memory, on Linux,
   macOS and Windows alike.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import signal
 import sys
@@ -100,4 +104,42 @@ def peak_memory_mb(device: torch.device) -> float:
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
-__all__ = ["InterruptGuard", "capture_rng", "peak_memory_mb", "restore_rng"]
+def guarded_optimizer_step(optimizer, scheduler, named_params, max_grad_norm: float | None,
+                           finite: bool, rollback: bool, stats) -> bool:
+    """One optimizer step that cannot leave a non-finite weight behind; returns whether it ran.
+
+    ``named_params`` is ``[(metric name, params), ...]``: each group's gradient is clipped to
+    ``max_grad_norm`` (None: not clipped) and its norm logged under that name in ``stats``
+    (:class:`labkit.metrics.StepStats`). ``finite=False`` (a loss was not finite) or a
+    non-finite norm drops the gradients; with ``rollback`` the weights are copied first and put
+    back if the step made any of them non-finite. A skipped step does not advance the learning
+    rate schedule (transformers' rule). A parameter without a gradient gets a zero one, so a
+    mini-batch with nothing to learn still steps Adam, as TRL does. Logs ``skipped_nonfinite``.
+    """
+    max_norm = max_grad_norm or math.inf
+    for name, params in named_params:
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        finite = finite and bool(torch.isfinite(norm))
+        stats.add(name, norm, weight=1)
+    if finite:
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        backup = [p.detach().clone() for p in params] if rollback else None
+        optimizer.step()
+        if backup is not None and not all(bool(torch.isfinite(p).all()) for p in params):
+            with torch.no_grad():
+                for p, saved in zip(params, backup, strict=True):
+                    p.copy_(saved)
+            finite = False
+        else:
+            scheduler.step()
+    stats.count("skipped_nonfinite", int(not finite))
+    stats.optimizer_steps += 1
+    optimizer.zero_grad(set_to_none=True)
+    return finite
+
+
+__all__ = ["InterruptGuard", "capture_rng", "guarded_optimizer_step", "peak_memory_mb",
+           "restore_rng"]

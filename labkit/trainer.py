@@ -6,7 +6,8 @@ same way:
 1. **sample** ``prompts_per_step`` prompts (shuffled passes over the train split) and
    ``num_generations`` completions of each with the KV-cached sampler (:mod:`labkit.rollout`);
 2. **score** them with the weighted reward functions (default accuracy + format; TRL's
-   signature), plus DAPO's soft overlong penalty and the chosen length reward. With DAPO's
+   signature), plus DAPO's soft overlong penalty and the chosen length reward
+   (:mod:`labkit.scoring`). With DAPO's
    dynamic sampling, groups whose rewards are all equal are dropped and new prompts are sampled
    until the batch is full again, for at most ``max_resample_rounds`` extra rounds;
 3. **score forwards** without gradient, only those the configuration needs: the behaviour
@@ -73,20 +74,22 @@ from labkit.advantages import (
     remax_advantages,
     rloo_advantages,
 )
-from labkit.checkpoint import load_checkpoint, load_state, save_checkpoint
+from labkit.checkpoint import (
+    RESUMABLE_CHANGES,
+    check_same_run,
+    load_checkpoint,
+    load_state,
+    save_checkpoint,
+)
 from labkit.config import TrainConfig
 from labkit.data import as_dataset, check_prompt_dataset
 from labkit.evaluate import evaluate
 from labkit.experience import Experience
 from labkit.exploration import (
-    clip_cov_mask,
-    covariance,
-    dra_weights,
-    kl_cov_mask,
     mix_reference,
-    ngram_embeddings,
     reset_reference,
     temperature_at,
+    token_filters,
     top_entropy_mask,
 )
 from labkit.filters import (
@@ -102,32 +105,30 @@ from labkit.forward import (
     completion_values,
     length_packed_micro_batches,
 )
-from labkit.length_control import length_shaped_rewards
 from labkit.lora import adapters_disabled, wrap_with_lora
 from labkit.losses import kl_estimate, policy_loss, value_loss
 from labkit.metrics import METRICS, TIMING_COLUMNS, StepStats
 from labkit.mismatch import mismatch_metrics, mismatch_weights
-from labkit.models import FORMAT_TAGS, ValueModel, load_policy
+from labkit.models import ValueModel, load_policy
 from labkit.prompt_sampling import make_sampler
 from labkit.ptx import PTXData, ptx_nll
-from labkit.rewards import (
-    accuracy_reward,
-    combine_rewards_by_weight,
-    format_reward,
-    per_completion,
-    reward_function_names,
-)
+from labkit.rewards import accuracy_reward, format_reward, reward_function_names
 from labkit.rollout import generate, with_demonstrations
-from labkit.run_control import InterruptGuard, capture_rng, peak_memory_mb, restore_rng
-from labkit.shaping import overlong_penalty
-from labkit.tasks import load_split, worked_solution
-
-#: Fields that may differ between a checkpoint and the run resuming it (they do not change what
-#: the run computes); any other difference is refused.
-RESUMABLE_CHANGES = frozenset({
-    "max_steps", "eval_every", "eval_k", "eval_max_prompts", "output_dir", "save_every",
-    "save_on_interrupt", "resume_from", "progress", "max_nonfinite_steps", "device",
-    "micro_batch_size", "gradient_checkpointing", "rollback_nonfinite_weights"})
+from labkit.run_control import (
+    InterruptGuard,
+    capture_rng,
+    guarded_optimizer_step,
+    peak_memory_mb,
+    restore_rng,
+)
+from labkit.scoring import (
+    check_context,
+    completion_embeddings,
+    demonstration_texts,
+    sampling_metrics,
+    score_completions,
+)
+from labkit.tasks import load_split
 
 
 @dataclass
@@ -420,8 +421,8 @@ class Trainer:
             generation_time += time.perf_counter() - tic
             if cfg.rlplus_demonstrations:
                 rollout = with_demonstrations(rollout, self.tokenizer,
-                                              self._demonstrations(rows), per_prompt)
-            self._check_context(rollout, indices)
+                                              demonstration_texts(rows), per_prompt)
+            check_context(self.model, rollout, indices, cfg.max_completion_length, per_prompt)
             batch = Experience.from_rollout(rollout, self.tokenizer.pad_token_id)
             batch.prompt_index = torch.tensor(indices, device=self.device).repeat_interleave(
                 per_prompt)
@@ -450,7 +451,7 @@ class Trainer:
         if cfg.top_entropy_quantile < 1:
             batch.token_weights = top_entropy_mask(batch.sample_entropy, batch.loss_mask,
                                                    cfg.top_entropy_quantile).float()
-        row = self._sampling_metrics(sampled)
+        row = sampling_metrics(sampled, self.reward_names, per_prompt, self.temperature)
         real = batch.loss_mask.bool() & ~batch.demonstrations[:, None]
         row["entropy_high_frac"] = float(
             (batch.sample_entropy[real] > cfg.entropy_threshold).float().mean()) \
@@ -470,93 +471,11 @@ class Trainer:
                 copy_.copy_(weight)
         return self.sampling_model
 
-    def _demonstrations(self, rows: dict) -> list[str]:
-        """RL-PLUS's external demonstration of each prompt: the dataset's ``solution`` column,
-        else the task suite's worked solution."""
-        count = len(rows["prompt"])
-        if "solution" in rows:
-            return list(rows["solution"])
-        return [worked_solution({k: v[i] for k, v in rows.items()}) for i in range(count)]
-
-    def _check_context(self, rollout, indices) -> None:
-        """Refuse prompts that leave no room for a completion in the model's context."""
-        context = getattr(self.model.config, "max_position_embeddings", None)
-        if context is None:
-            return
-        longest = int(rollout.prompt_mask.sum(-1).max())
-        if longest + self.config.max_completion_length > context:
-            row = indices[int(rollout.prompt_mask.sum(-1).argmax()) // self.config.num_generations]
-            raise ValueError(f"train_dataset row {row}: its prompt takes {longest} tokens, and "
-                             f"with max_completion_length={self.config.max_completion_length} "
-                             f"that exceeds the model's context of {context} positions; shorten "
-                             f"the prompt or lower max_completion_length")
-
     def _rewards(self, rows: dict, rollout):
-        """Per-function rewards (N, K), the total with shaping (N,) and correctness (N,) of the
-        completions of ``rows`` (dataset columns), G consecutive completions per prompt."""
-        cfg = self.config
-        per_prompt = len(rollout.texts) // len(rows["prompt"])
-        prompts, columns = per_completion(rows, per_prompt)
-        completions = rollout.texts
-        if prompts and not isinstance(prompts[0], str):  # conversational, as TRL passes them
-            completions = [[{"role": "assistant", "content": text}] for text in completions]
-        per_function, totals = combine_rewards_by_weight(
-            self.reward_funcs, cfg.reward_weights, prompts, completions, **columns)
-        if accuracy_reward in self.reward_funcs:
-            correct = per_function[self.reward_funcs.index(accuracy_reward)]
-        else:
-            correct = [math.nan if r is None else r
-                       for r in accuracy_reward(prompts, completions, **columns)]
-        totals = torch.tensor(totals, dtype=torch.float32, device=self.device)
-        correct = torch.tensor(correct, dtype=torch.float32)
-        if cfg.diversity_adjustment is not None and per_prompt > 1:
-            totals = totals * dra_weights(self._embeddings(rollout), per_prompt).to(totals.device)
-        lengths = rollout.lengths.to(totals.device)
-        if cfg.overlong_buffer_len:
-            totals = totals + overlong_penalty(lengths.clone(), cfg.max_completion_length,
-                                               cfg.overlong_buffer_len,
-                                               cfg.overlong_penalty_factor).to(totals.device)
-        if cfg.length_reward is not None:
-            totals = length_shaped_rewards(
-                cfg.length_reward, totals, lengths, correct.to(totals.device), per_prompt,
-                weight=cfg.length_reward_weight, target=cfg.length_target,
-                target_easy=cfg.length_target_easy)
-        per_function = torch.tensor(per_function, dtype=torch.float32).T
-        return per_function, totals, correct
-
-    def _embeddings(self, rollout) -> torch.Tensor:
-        """DRA's completion embeddings: character 3-grams, or the policy's mean last hidden
-        state over each completion's tokens."""
-        if self.config.diversity_adjustment == "ngram":
-            return ngram_embeddings(rollout.texts, ignore=FORMAT_TAGS)
-        with torch.inference_mode():
-            hidden = self.model.get_decoder()(input_ids=rollout.completion_ids,
-                                              attention_mask=rollout.completion_mask
-                                              ).last_hidden_state
-        mask = rollout.completion_mask[..., None].to(hidden.dtype)
-        return ((hidden * mask).sum(1) / mask.sum(1).clamp(min=1)).float()
-
-    def _sampling_metrics(self, sampled) -> dict:
-        """Reward, accuracy and length statistics over every completion sampled in the step."""
-        per_function, totals, accuracy, lengths, truncated = (
-            torch.cat([s[i].cpu() for s in sampled]) for i in range(5))
-        families = [f for s in sampled for f in s[5]]
-        informative = torch.cat([dynamic_sampling_mask(s[1].cpu(), self.config.num_generations)
-                                 for s in sampled])
-        row = {"reward": _nanmean(totals), "reward_std": _nanstd(totals)}
-        for k, name in enumerate(self.reward_names):
-            row[f"reward_{name}"] = _nanmean(per_function[:, k])
-        lengths = lengths.float()
-        row.update(accuracy=_nanmean(accuracy), completion_length=lengths.mean().item(),
-                   completion_length_max=int(lengths.max()),
-                   truncation_rate=truncated.float().mean().item(),
-                   frac_reward_zero_std=((~informative).float().mean().item()
-                                         if informative.numel() else 0.0),
-                   sampled_tokens=int(lengths.sum()), temperature=self.temperature)
-        for family in sorted({f for f in families if f is not None}):
-            chosen = torch.tensor([f == family for f in families])
-            row[f"accuracy_{family}"] = _nanmean(accuracy[chosen])
-        return row
+        """:func:`labkit.scoring.score_completions` with this run's reward functions."""
+        return score_completions(self.config, self.reward_funcs, rows, rollout,
+                                 embed=lambda r: completion_embeddings(
+                                     self.model, r, self.config.diversity_adjustment))
 
     # ---- 3. score forwards -----------------------------------------------------------------------
     def score_forwards(self, batch: Experience) -> dict:
@@ -756,7 +675,9 @@ class Trainer:
                                                             self._share_prompts)
             if not _finite_where(mb.loss_mask, logp, mb.old_logp, mb.ref_logp):
                 return False
-            weights, penalty, filtered = self._token_filters(logp, mb)
+            weights, penalty, filtered = token_filters(
+                cfg, logp, mb.old_logp, mb.advantages, mb.loss_mask, mb.token_weights,
+                torch.Generator().manual_seed(cfg.seed * 7_919 + self.step))  # Clip-Cov's draw
             if mb.is_weights is not None:  # sampler/trainer mismatch correction (TRL's place)
                 weights = mb.is_weights if weights is None else weights * mb.is_weights
             if filtered is not None:
@@ -808,34 +729,6 @@ class Trainer:
             stats.add("ptx_loss", nll.detach(), weight=1)
         return True
 
-    def _token_filters(self, logp: torch.Tensor, mb: Experience):
-        """Per-token weights (0 = no gradient), penalty and the bool "filtered" map of this
-        micro-batch: the step's top-entropy mask, then Clip-Cov's silenced or KL-Cov's penalised
-        tokens. ``(None, None, None)`` when no filter is on."""
-        cfg = self.config
-        weights = mb.token_weights
-        if cfg.cov_penalty is None:
-            return weights, None, None if weights is None else weights == 0
-        old = logp.detach() if mb.old_logp is None else mb.old_logp
-        advantages = mb.advantages
-        advantages = advantages[:, None] if advantages.dim() == 1 else advantages
-        cov = covariance(logp, advantages, mb.loss_mask)
-        if cfg.cov_penalty == "kl_cov":
-            chosen = kl_cov_mask(cov, mb.loss_mask, cfg.kl_cov_ratio)
-            penalty = cfg.kl_cov_coef * (logp - old).abs() * chosen
-            filtered = chosen if weights is None else chosen | (weights == 0)
-            return weights, penalty, filtered
-        ratio = torch.exp((logp - old).detach())
-        high = 1 + (cfg.epsilon if cfg.epsilon_high is None else cfg.epsilon_high)
-        clipped = ((advantages > 0) & (ratio > high)) | ((advantages < 0)
-                                                         & (ratio < 1 - cfg.epsilon))
-        generator = torch.Generator().manual_seed(cfg.seed * 7_919 + self.step)
-        silenced = clip_cov_mask(cov, mb.loss_mask, clipped, cfg.clip_cov_ratio, cfg.clip_cov_lb,
-                                 cfg.clip_cov_ub, generator)
-        keep = (~silenced).float()
-        weights = keep if weights is None else weights * keep
-        return weights, None, weights == 0
-
     def _move_reference(self) -> dict:
         """After an update: TR-DPO's soft sync every ref_model_sync_steps optimizer steps, and
         ProRL's periodic hard reset. Returns the ``ref_sync``/``ref_reset`` events."""
@@ -854,35 +747,13 @@ class Trainer:
         return events
 
     def _apply_gradients(self, finite: bool, stats: StepStats) -> None:
-        """Clip and step, unless a loss or gradient was not finite: then drop the gradients. If
-        the step itself makes a weight non-finite, put the weights back (when configured)."""
-        cfg = self.config
-        max_norm = cfg.max_grad_norm or math.inf
-        param_groups = [("grad_norm", self.optimizer.param_groups[0]["params"])]
+        """Clip and step (:func:`labkit.run_control.guarded_optimizer_step`): skipped when a
+        loss or gradient was not finite, rolled back when the step made a weight non-finite."""
+        named = [("grad_norm", self.optimizer.param_groups[0]["params"])]
         if self.value_model is not None:
-            param_groups.append(("value_grad_norm", self.optimizer.param_groups[1]["params"]))
-        for name, params in param_groups:
-            for p in params:  # a mini-batch with nothing to learn still steps Adam, as TRL does
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-            norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-            finite = finite and bool(torch.isfinite(norm))
-            stats.add(name, norm, weight=1)
-        if finite:  # a skipped step does not advance the schedule either (transformers' rule)
-            params = [p for group in self.optimizer.param_groups for p in group["params"]]
-            backup = ([p.detach().clone() for p in params] if cfg.rollback_nonfinite_weights
-                      else None)
-            self.optimizer.step()
-            if backup is not None and not _all_finite(params):
-                with torch.no_grad():
-                    for p, saved in zip(params, backup):
-                        p.copy_(saved)
-                finite = False
-            else:
-                self.scheduler.step()
-        stats.count("skipped_nonfinite", int(not finite))
-        stats.optimizer_steps += 1
-        self.optimizer.zero_grad(set_to_none=True)
+            named.append(("value_grad_norm", self.optimizer.param_groups[1]["params"]))
+        guarded_optimizer_step(self.optimizer, self.scheduler, named, self.config.max_grad_norm,
+                               finite, self.config.rollback_nonfinite_weights, stats)
 
     # ---- evaluation and checkpoints --------------------------------------------------------------
     def evaluate(self) -> dict:
@@ -928,7 +799,7 @@ class Trainer:
         scheduler, random states, data position, history). Refuses a checkpoint whose run had a
         different configuration in any field outside :data:`RESUMABLE_CHANGES`."""
         state = load_state(directory)
-        _check_same_run(state.get("config", {}), self.config, directory)
+        check_same_run(state.get("config", {}), self.config, directory)
         state, history, eval_history = load_checkpoint(
             directory, model=self.model, value_model=self.value_model, ref_model=self.ref_model,
             verify=False)
@@ -959,47 +830,16 @@ _LOGGED_LOSS_METRICS = ("clip_low", "clip_high", "clip_region", "clip_dual", "kl
                         "entropy", "value_clipfrac")
 
 
-def _check_same_run(saved: dict, config: TrainConfig, directory) -> None:
-    """Refuse to resume a checkpoint under a configuration that computes something else."""
-    current = config.to_dict()
-    changed = sorted(name for name in set(saved) | set(current)
-                     if name not in RESUMABLE_CHANGES
-                     and _normalised(saved.get(name)) != _normalised(current.get(name)))
-    if changed:
-        details = ", ".join(f"{n}: {saved.get(n)!r} -> {current.get(n)!r}" for n in changed[:6])
-        raise ValueError(f"checkpoint {directory} was saved by a run with another configuration "
-                         f"({details}); resuming would silently mix two runs. Resume with the "
-                         f"saved configuration (labkit.checkpoint.load_state(path)['config']) or "
-                         f"start a new run")
-
-
-def _normalised(value):
-    return tuple(value) if isinstance(value, list) else value
-
-
 def _finite_where(mask, *tensors) -> bool:
     m = mask.bool()
     return bool(torch.stack([torch.isfinite(torch.where(m, t, 0)).all()
                              for t in tensors if t is not None]).all())
 
 
-def _all_finite(params) -> bool:
-    return bool(torch.stack([torch.isfinite(p).all() for p in params]).all())
-
-
 def _frozen_copy(model):
     ref = copy.deepcopy(model).eval()
     ref.requires_grad_(False)
     return ref
-
-
-def _nanmean(x: torch.Tensor) -> float:
-    return float(x.nanmean()) if x.numel() else math.nan
-
-
-def _nanstd(x: torch.Tensor) -> float:
-    x = x[~torch.isnan(x)]
-    return float(x.std()) if x.numel() > 1 else 0.0
 
 
 __all__ = ["METRICS", "RESUMABLE_CHANGES", "TIMING_COLUMNS", "TrainResult", "Trainer", "train"]

@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from labkit.config import TrainConfig
 from labkit.exploration import (
     clip_cov_mask,
     covariance,
@@ -16,6 +17,7 @@ from labkit.exploration import (
     mix_reference,
     ngram_embeddings,
     temperature_at,
+    token_filters,
     top_entropy_mask,
 )
 
@@ -99,6 +101,36 @@ def test_kl_cov_picks_the_largest_covariances():
     chosen = kl_cov_mask(cov, mask, ratio=0.5)
     assert chosen.sum() == 2 and torch.equal(chosen[0], cov[0] >= cov[0].sort().values[2])
 
+
+
+def test_token_filters_compose_top_entropy_with_clip_cov_and_kl_cov():
+    """What the trainer applies per micro-batch: no switch, nothing; Clip-Cov zeroes weights on
+    top of the top-entropy mask; KL-Cov adds a penalty on exactly the tokens it chose."""
+    g = torch.Generator().manual_seed(0)
+    logp = -torch.rand(4, 6, generator=g, dtype=torch.float64)
+    old = logp + 0.3 * torch.randn(4, 6, generator=g, dtype=torch.float64)
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5], dtype=torch.float64)
+    mask = torch.ones(4, 6, dtype=torch.bool)
+    mask[3, 4:] = False
+    top = (torch.rand(4, 6, generator=g) > 0.3).double() * mask
+    assert token_filters(TrainConfig(), logp, old, adv, mask) == (None, None, None)
+    weights, penalty, filtered = token_filters(TrainConfig(), logp, old, adv, mask, top)
+    assert weights is top and penalty is None and torch.equal(filtered, top == 0)
+
+    clip_cov = TrainConfig(cov_penalty="clip_cov", clip_cov_ratio=0.2, clip_cov_lb=-10.0,
+                           clip_cov_ub=10.0, num_mini_batches=2)
+    weights, penalty, filtered = token_filters(clip_cov, logp, old, adv, mask, top,
+                                               torch.Generator().manual_seed(1))
+    assert penalty is None and (weights <= top).all()
+    assert ((top == 1) & (weights == 0)).any()  # Clip-Cov silenced some kept tokens
+    assert torch.equal(filtered, weights == 0)
+
+    kl_cov = TrainConfig(cov_penalty="kl_cov", kl_cov_ratio=0.2, kl_cov_coef=2.0,
+                         num_mini_batches=2)
+    weights, penalty, filtered = token_filters(kl_cov, logp, old, adv, mask)
+    chosen = kl_cov_mask(covariance(logp, adv[:, None], mask), mask, 0.2)
+    assert weights is None and torch.equal(filtered, chosen)
+    torch.testing.assert_close(penalty, 2.0 * (logp - old).abs() * chosen)
 
 def test_mix_reference_moves_the_reference_by_alpha():
     policy, ref = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)

@@ -23,9 +23,11 @@ from labkit import config as config_module
 from labkit.checkpoint import CheckpointError, load_checkpoint, load_state
 from labkit.config import TrainConfig, preset
 from labkit.losses import aggregate, clipped_surrogate, entropy_bonus, policy_loss
+from labkit.metrics import StepStats
 from labkit.models import build_char_tokenizer, tiny_qwen_config
 from labkit.rewards import RewardFunctionError, combine_rewards_by_weight
 from labkit.rollout import prompt_text
+from labkit.run_control import guarded_optimizer_step
 from labkit.tasks import load_split
 from labkit.trainer import TIMING_COLUMNS, Trainer
 
@@ -496,3 +498,29 @@ def test_module_constants_are_the_option_lists_of_their_modules():
     assert config_module.SCALE_REWARDS is advantages.SCALE_REWARDS
     assert config_module.GFPO_METRICS is filters.GFPO_METRICS
     assert config_module.DTYPES is models.DTYPES
+
+
+def test_guarded_optimizer_step_skips_non_finite_and_rolls_back_a_poisoning_step():
+    layer = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.AdamW(layer.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (step + 1))
+    before = [p.detach().clone() for p in layer.parameters()]
+    stats = StepStats()
+
+    layer(torch.ones(1, 3)).sum().mul(math.nan).backward()  # NaN gradients: no step
+    params = [("grad_norm", list(layer.parameters()))]
+    assert not guarded_optimizer_step(optimizer, scheduler, params, 1.0, True, True, stats)
+    assert all(torch.equal(a, b) for a, b in zip(before, layer.parameters()))
+    assert scheduler.last_epoch == 0 and all(p.grad is None for p in layer.parameters())
+
+    optimizer.param_groups[0]["lr"] = math.inf  # a finite gradient, a step that poisons
+    layer(torch.ones(1, 3)).sum().backward()
+    assert not guarded_optimizer_step(optimizer, scheduler, params, None, True, True, stats)
+    assert all(torch.equal(a, b) for a, b in zip(before, layer.parameters()))
+
+    optimizer.param_groups[0]["lr"] = 0.1
+    layer(torch.ones(1, 3)).sum().backward()
+    assert guarded_optimizer_step(optimizer, scheduler, params, None, True, True, stats)
+    assert not all(torch.equal(a, b) for a, b in zip(before, layer.parameters()))
+    assert scheduler.last_epoch == 1
+    assert stats.result()["skipped_nonfinite"] == 2 and stats.optimizer_steps == 3

@@ -1,0 +1,155 @@
+"""Scoring a step's completions: the reward each one gets, and the step's sampling metrics.
+
+The trainer's step 2 (:meth:`labkit.trainer.Trainer.sample_and_score`) in plain functions:
+
+* :func:`score_completions`: the weighted reward functions (TRL's signature), then the shaping
+  the configuration asks for, in this order: DRA-GRPO's diversity weights (arXiv 2505.09655,
+  eq. 5), DAPO's soft overlong penalty (arXiv 2503.14476, eq. 13), a length reward
+  (:mod:`labkit.length_control`). Correctness is kept apart from the total: the history's
+  ``accuracy`` is always the strict rule's, whatever the reward;
+* :func:`completion_embeddings`: DRA's embedding of each completion;
+* :func:`sampling_metrics`: reward, accuracy and length statistics over everything sampled in
+  the step (dynamic sampling's dropped groups included);
+* :func:`demonstration_texts`: RL-PLUS's external demonstration of each prompt;
+* :func:`check_context`: refuse a prompt that leaves no room for its completion.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from labkit.exploration import dra_weights, ngram_embeddings
+from labkit.filters import dynamic_sampling_mask
+from labkit.length_control import length_shaped_rewards
+from labkit.models import FORMAT_TAGS
+from labkit.rewards import accuracy_reward, combine_rewards_by_weight, per_completion
+from labkit.shaping import overlong_penalty
+from labkit.tasks import worked_solution
+
+
+def score_completions(config, reward_funcs, rows: dict, rollout, embed=None):
+    """Rewards of ``rollout``'s completions of ``rows`` (dataset columns), G consecutive
+    completions per prompt.
+
+    ``config`` is the run's :class:`~labkit.config.TrainConfig`; ``embed(rollout)`` gives DRA's
+    (N, D) embeddings when ``config.diversity_adjustment`` is on.
+
+    ==================  ========  =====================================================
+    returned            shape     meaning
+    ==================  ========  =====================================================
+    ``per_function``    (N, K)    each reward function's value (NaN where it gave None)
+    ``totals``          (N,)      weighted sum, then DRA, overlong and length shaping
+    ``correct``         (N,)      the strict accuracy rule (NaN where it cannot judge)
+    ==================  ========  =====================================================
+    """
+    cfg = config
+    per_prompt = len(rollout.texts) // len(rows["prompt"])
+    prompts, columns = per_completion(rows, per_prompt)
+    completions = rollout.texts
+    if prompts and not isinstance(prompts[0], str):  # conversational, as TRL passes them
+        completions = [[{"role": "assistant", "content": text}] for text in completions]
+    per_function, totals = combine_rewards_by_weight(
+        reward_funcs, cfg.reward_weights, prompts, completions, **columns)
+    if accuracy_reward in reward_funcs:
+        correct = per_function[reward_funcs.index(accuracy_reward)]
+    else:
+        correct = [math.nan if r is None else r
+                   for r in accuracy_reward(prompts, completions, **columns)]
+    device = rollout.completion_ids.device
+    totals = torch.tensor(totals, dtype=torch.float32, device=device)
+    correct = torch.tensor(correct, dtype=torch.float32)
+    if cfg.diversity_adjustment is not None and per_prompt > 1:
+        totals = totals * dra_weights(embed(rollout), per_prompt).to(device)
+    lengths = rollout.lengths.to(device)
+    if cfg.overlong_buffer_len:
+        totals = totals + overlong_penalty(lengths.clone(), cfg.max_completion_length,
+                                           cfg.overlong_buffer_len,
+                                           cfg.overlong_penalty_factor).to(device)
+    if cfg.length_reward is not None:
+        totals = length_shaped_rewards(
+            cfg.length_reward, totals, lengths, correct.to(device), per_prompt,
+            weight=cfg.length_reward_weight, target=cfg.length_target,
+            target_easy=cfg.length_target_easy)
+    per_function = torch.tensor(per_function, dtype=torch.float32).T
+    return per_function, totals, correct
+
+
+def completion_embeddings(model, rollout, kind: str) -> torch.Tensor:
+    """DRA's (N, D) completion embeddings: ``"ngram"`` hashes character 3-grams (format tags
+    left out); ``"hidden"`` is the policy's mean last hidden state over each completion."""
+    if kind == "ngram":
+        return ngram_embeddings(rollout.texts, ignore=FORMAT_TAGS)
+    with torch.inference_mode():
+        hidden = model.get_decoder()(input_ids=rollout.completion_ids,
+                                     attention_mask=rollout.completion_mask).last_hidden_state
+    mask = rollout.completion_mask[..., None].to(hidden.dtype)
+    return ((hidden * mask).sum(1) / mask.sum(1).clamp(min=1)).float()
+
+
+def sampling_metrics(sampled, reward_names, num_generations: int, temperature: float) -> dict:
+    """The history's sampling columns over every round of a step.
+
+    ``sampled`` holds one ``(per_function (N, K), totals (N,), correct (N,), lengths (N,),
+    truncated (N,), families [N])`` tuple per sampling round.
+    """
+    per_function, totals, accuracy, lengths, truncated = (
+        torch.cat([s[i].cpu() for s in sampled]) for i in range(5))
+    families = [f for s in sampled for f in s[5]]
+    informative = torch.cat([dynamic_sampling_mask(s[1].cpu(), num_generations)
+                             for s in sampled])
+    row = {"reward": nanmean(totals), "reward_std": nanstd(totals)}
+    for k, name in enumerate(reward_names):
+        row[f"reward_{name}"] = nanmean(per_function[:, k])
+    lengths = lengths.float()
+    row.update(accuracy=nanmean(accuracy), completion_length=lengths.mean().item(),
+               completion_length_max=int(lengths.max()),
+               truncation_rate=truncated.float().mean().item(),
+               frac_reward_zero_std=((~informative).float().mean().item()
+                                     if informative.numel() else 0.0),
+               sampled_tokens=int(lengths.sum()), temperature=temperature)
+    for family in sorted({f for f in families if f is not None}):
+        chosen = torch.tensor([f == family for f in families])
+        row[f"accuracy_{family}"] = nanmean(accuracy[chosen])
+    return row
+
+
+def demonstration_texts(rows: dict) -> list[str]:
+    """RL-PLUS's external demonstration of each prompt: the dataset's ``solution`` column, else
+    the task suite's worked solution."""
+    if "solution" in rows:
+        return list(rows["solution"])
+    return [worked_solution({k: v[i] for k, v in rows.items()})
+            for i in range(len(rows["prompt"]))]
+
+
+def check_context(model, rollout, indices, max_completion_length: int,
+                  num_generations: int) -> None:
+    """Refuse prompts that leave no room for a completion in the model's context."""
+    context = getattr(model.config, "max_position_embeddings", None)
+    if context is None:
+        return
+    prompt_lengths = rollout.prompt_mask.sum(-1)
+    longest = int(prompt_lengths.max())
+    if longest + max_completion_length > context:
+        row = indices[int(prompt_lengths.argmax()) // num_generations]
+        raise ValueError(f"train_dataset row {row}: its prompt takes {longest} tokens, and "
+                         f"with max_completion_length={max_completion_length} that exceeds the "
+                         f"model's context of {context} positions; shorten the prompt or lower "
+                         f"max_completion_length")
+
+
+def nanmean(x: torch.Tensor) -> float:
+    """Mean over the non-NaN entries; NaN for an empty tensor."""
+    return float(x.nanmean()) if x.numel() else math.nan
+
+
+def nanstd(x: torch.Tensor) -> float:
+    """Sample standard deviation over the non-NaN entries; 0 with fewer than two."""
+    x = x[~torch.isnan(x)]
+    return float(x.std()) if x.numel() > 1 else 0.0
+
+
+__all__ = ["check_context", "completion_embeddings", "demonstration_texts", "nanmean", "nanstd",
+           "sampling_metrics", "score_completions"]

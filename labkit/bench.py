@@ -1,6 +1,9 @@
 """Benchmark one GRPO step of labkit against TRL's ``GRPOTrainer`` on the same model and data.
 
     python -m labkit.bench [--steps 8] [--warmup 2] [--model tiny] [--threads 1]
+    python -m labkit.bench --device cuda --model Qwen/Qwen2.5-0.5B-Instruct --reward alternating
+    python -m labkit.bench --device cuda --model Qwen/Qwen2.5-0.5B-Instruct --reward alternating \
+        --only labkit    # (or --only trl): one trainer alone, for its peak GPU memory
 
 Both sides run ONE :class:`~labkit.config.TrainConfig` (:func:`bench_config`): labkit's trainer
 reads it, and TRL's ``GRPOConfig`` is built from it by the TRL bridge
@@ -21,9 +24,19 @@ time (a trainer may skip work that has no gradient). That is what happened to TR
 tiny Qwen's format tags became non-special tokens: TRL decodes completions with
 ``skip_special_tokens=True``, so its reward functions never saw a tag and scored 0.
 
+On a GPU (``--device cuda``, bfloat16 weights for both unless ``--dtype`` says otherwise) the
+real Qwen shapes of :data:`labkit.models.SHIPPED_CONFIGS` are built offline with random weights
+(:func:`labkit.models.load_policy` with ``random_init=True``): their completions are near-empty
+text, so the task's rewards would all be 0 and ``--reward alternating`` gives each group half 1s
+and half 0s, so every completion trains on both sides. Each side also reports its sampling
+throughput (completion tokens per second of generation: labkit's ``generation_time``, TRL's
+``_generate`` timed) and, alone (``--only``), its peak of live GPU tensors
+(``torch.cuda.max_memory_allocated``), beside the memory planner's total for labkit
+(:func:`labkit.memory.memory_plan`).
+
 The floor is the step's matmul FLOPs (2 x params x tokens for the sampling forwards, 6 x params x
 tokens for the training forward and backward, attention scores included) divided by this
-machine's float32 matmul throughput measured on a large matmul. It ignores memory traffic and
+machine's matmul throughput in the run's dtype, measured on a large matmul. It ignores memory traffic and
 per-op overheads, which weigh heavily on a model this small, and it counts the work of a plain
 implementation: every completion's prompt in the training forward and every completion trained.
 labkit skips part of that work without changing the gradient (one prompt forward per group, no
@@ -42,15 +55,18 @@ from dataclasses import dataclass, field
 
 import torch
 
+from labkit.bench_memory import alternating_reward
 from labkit.config import TrainConfig
 
 SETTINGS = {"prompts": 16, "num_generations": 8, "max_completion_length": 64,
             "learning_rate": 1e-6, "loss_type": "grpo", "seed": 0}
 
 
-def bench_config(model: str = "tiny", steps: int = 10) -> TrainConfig:
-    """The run both trainers time: :data:`SETTINGS` on the CPU in float32, no KL, one pass."""
-    return TrainConfig(model_name_or_path=model, device="cpu", dtype="float32",
+def bench_config(model: str = "tiny", steps: int = 10, device: str = "cpu",
+                 dtype: str = "float32") -> TrainConfig:
+    """The run both trainers time: :data:`SETTINGS` (on the CPU in float32 unless told), no KL,
+    one pass."""
+    return TrainConfig(model_name_or_path=model, device=device, dtype=dtype,
                        prompts_per_step=SETTINGS["prompts"],
                        num_generations=SETTINGS["num_generations"],
                        max_completion_length=SETTINGS["max_completion_length"],
@@ -60,16 +76,38 @@ def bench_config(model: str = "tiny", steps: int = 10) -> TrainConfig:
                        progress=False)
 
 
-def matmul_flops_per_second(size: int = 2048, repeats: int = 5) -> float:
-    """Measured float32 matmul throughput of this machine (best of ``repeats``)."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
+def matmul_flops_per_second(size: int = 2048, repeats: int = 5, device: str = "cpu",
+                            dtype: torch.dtype = torch.float32) -> float:
+    """Measured matmul throughput of this machine in ``dtype`` (best of ``repeats``)."""
+    if device == "cuda":
+        size = max(size, 8192)  # a small product leaves most of a GPU idle
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
     a @ b
     best = math.inf
     for _ in range(repeats):
+        _synchronize(device)
         start = time.perf_counter()
         a @ b
+        _synchronize(device)
         best = min(best, time.perf_counter() - start)
     return 2 * size**3 / best
+
+
+def _synchronize(device) -> None:
+    """Wait for the GPU's queued work, so that a wall-clock reading covers it."""
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def load_bench_model(config: TrainConfig):
+    """The benchmark's model: a shipped real Qwen shape with random weights (offline), else the
+    named model with its weights."""
+    from labkit.models import SHIPPED_CONFIGS, load_policy
+
+    return load_policy(config.model_name_or_path, device=config.device, dtype=config.dtype,
+                       random_init=config.model_name_or_path in SHIPPED_CONFIGS,
+                       seed=config.seed)
 
 
 def step_flops(model, prompt_tokens: float, completion_tokens: float, rows: int) -> float:
@@ -101,16 +139,17 @@ class Timings:
     """mean total reward of the step's completions"""
     reward_std: list = field(default_factory=list)
     """standard deviation of the total reward over the step's completions"""
+    generation_seconds: list = field(default_factory=list)
+    """seconds of the step spent sampling"""
 
 
-def labkit_stepper(config: TrainConfig, dataset):
+def labkit_stepper(config: TrainConfig, dataset, reward_funcs=None):
     """labkit's trainer on ``config``; returns (model, timings, step function)."""
-    from labkit.models import load_policy
     from labkit.trainer import Trainer
 
-    model, tokenizer = load_policy(config.model_name_or_path, device=config.device,
-                                   dtype=config.dtype)
-    trainer = Trainer(config, model=model, tokenizer=tokenizer, train_dataset=dataset)
+    model, tokenizer = load_bench_model(config)
+    trainer = Trainer(config, model=model, tokenizer=tokenizer, train_dataset=dataset,
+                      reward_funcs=reward_funcs)
     timings = Timings()
     name = "sample_and_score" if hasattr(trainer, "sample_and_score") else "_sample_batch"
     sample = getattr(trainer, name)
@@ -124,9 +163,12 @@ def labkit_stepper(config: TrainConfig, dataset):
     setattr(trainer, name, counting_sample)
 
     def step():
+        _synchronize(config.device)
         start = time.perf_counter()
         row = trainer.training_step()
+        _synchronize(config.device)
         timings.seconds.append(time.perf_counter() - start)
+        timings.generation_seconds.append(row["generation_time"])
         timings.trained.append(row["completions_trained"])
         timings.reward.append(row["reward"])
         timings.reward_std.append(row["reward_std"])
@@ -134,7 +176,7 @@ def labkit_stepper(config: TrainConfig, dataset):
     return model, timings, step
 
 
-def run_trl_with(config: TrainConfig, dataset, between_steps):
+def run_trl_with(config: TrainConfig, dataset, between_steps, reward_funcs=None):
     """TRL's GRPOTrainer on ``config`` through the bridge, for ``config.max_steps`` optimizer
     steps, calling ``between_steps()`` after each (outside TRL's timing), so that both trainers
     see the same machine load. Returns (model, timings, the GRPOConfig)."""
@@ -142,11 +184,9 @@ def run_trl_with(config: TrainConfig, dataset, between_steps):
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOTrainer
 
-    from labkit.models import load_policy
     from labkit.trl_bridge import to_trl
 
-    model, tokenizer = load_policy(config.model_name_or_path, device=config.device,
-                                   dtype=config.dtype)
+    model, tokenizer = load_bench_model(config)
     batch = config.prompts_per_step * config.num_generations
     timings = Timings()
 
@@ -156,9 +196,11 @@ def run_trl_with(config: TrainConfig, dataset, between_steps):
         start, seen = 0.0, 0
 
         def on_step_begin(self, args, state, control, **kwargs):
+            _synchronize(config.device)
             self.start = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kwargs):
+            _synchronize(config.device)
             timings.seconds.append(time.perf_counter() - self.start)
             timings.trained.append(batch)
             between_steps()
@@ -175,10 +217,21 @@ def run_trl_with(config: TrainConfig, dataset, between_steps):
 
     with tempfile.TemporaryDirectory() as output_dir:
         run = to_trl(config, output_dir=output_dir, num_processes=1)
-        trainer = GRPOTrainer(model=model, reward_funcs=run.reward_funcs, args=run.args,
-                              train_dataset=dataset, processing_class=tokenizer,
+        trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs or run.reward_funcs,
+                              args=run.args, train_dataset=dataset, processing_class=tokenizer,
                               callbacks=[StepTimer()])
         trainer.remove_callback(PrinterCallback)
+        generate = trainer._generate  # TRL's sampling of a step's completions, timed
+
+        def timed_generate(*args, **kwargs):
+            _synchronize(config.device)
+            tic = time.perf_counter()
+            out = generate(*args, **kwargs)
+            _synchronize(config.device)
+            timings.generation_seconds.append(time.perf_counter() - tic)
+            return out
+
+        trainer._generate = timed_generate
         trainer.train()
     return model, timings, run.args
 
@@ -205,59 +258,110 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=8, help="timed steps per trainer")
     parser.add_argument("--warmup", type=int, default=2, help="untimed first steps")
-    parser.add_argument("--model", default="tiny", help="model path or alias (default: tiny)")
+    parser.add_argument("--model", default="tiny",
+                        help="model path or alias (default: tiny); a shipped real shape such as "
+                             "Qwen/Qwen2.5-0.5B-Instruct is built offline with random weights")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--dtype", default=None,
+                        help="weights' dtype for both (default: float32 on the CPU, bfloat16 "
+                             "on a GPU)")
+    parser.add_argument("--reward", default="task", choices=("task", "alternating"),
+                        help="task: the suite's accuracy and format rewards; alternating: half "
+                             "of each group 1, half 0 (for random-weight models)")
+    parser.add_argument("--only", default=None, choices=("labkit", "trl"),
+                        help="run one trainer alone and report its peak GPU memory")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads for both (default 1: the tiny model's matmuls "
                              "gain little from more, and on a busy machine extra threads spin; "
                              "0 = torch's choice)")
     args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda needs a CUDA GPU, and torch sees none")
     if args.threads:
         torch.set_num_threads(args.threads)
     from labkit.tasks import load_split
 
     dataset = load_split("train")
-    throughput = matmul_flops_per_second()
-    config = bench_config(args.model, args.steps + args.warmup)
-    print(f"machine: {torch.get_num_threads()} threads, float32 matmul "
-          f"{throughput / 1e9:.1f} GFLOP/s; {config.prompts_per_step} prompts x "
-          f"{config.num_generations} completions, max {config.max_completion_length} tokens, "
-          f"{args.steps} timed steps after {args.warmup} warm-up, the two trainers taking turns "
-          f"step by step")
-    labkit_model, labkit, labkit_step = labkit_stepper(config, dataset)
-    trl_model, trl, trl_args = run_trl_with(config, dataset, labkit_step)
-    print(f"one TrainConfig for both ({config.model_name_or_path}, loss_type "
-          f"{config.loss_type}, beta {config.beta}, lr {config.learning_rate:g}); TRL's "
-          f"GRPOConfig from labkit.trl_bridge: per_device_train_batch_size "
-          f"{trl_args.per_device_train_batch_size}, gradient_accumulation_steps "
-          f"{trl_args.gradient_accumulation_steps}, steps_per_generation "
-          f"{trl_args.steps_per_generation}, use_bias_correction_kl "
-          f"{trl_args.use_bias_correction_kl}")
+    dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
+    throughput = matmul_flops_per_second(device=args.device, dtype=getattr(torch, dtype))
+    config = bench_config(args.model, args.steps + args.warmup, args.device, dtype)
+    reward_funcs = [alternating_reward] if args.reward == "alternating" else None
+    machine = (f"{torch.get_num_threads()} threads" if args.device == "cpu"
+               else torch.cuda.get_device_name())
+    print(f"machine: {machine}, {dtype} matmul {throughput / 1e12:.2f} TFLOP/s; "
+          f"{config.prompts_per_step} prompts x {config.num_generations} completions, max "
+          f"{config.max_completion_length} tokens, {args.reward} reward, {args.steps} timed steps "
+          f"after {args.warmup} warm-up"
+          + ("" if args.only else ", the two trainers taking turns step by step"))
+    if args.device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    sides = {}
+    if args.only != "trl":
+        labkit_model, labkit, labkit_step = labkit_stepper(config, dataset, reward_funcs)
+        sides["labkit"] = (labkit_model, labkit)
+    if args.only == "labkit":
+        for _ in range(config.max_steps):
+            labkit_step()
+    else:
+        between = labkit_step if args.only is None else (lambda: None)
+        trl_model, trl, trl_args = run_trl_with(config, dataset, between, reward_funcs)
+        sides["trl"] = (trl_model, trl)
+        print(f"one TrainConfig for both ({config.model_name_or_path}, loss_type "
+              f"{config.loss_type}, beta {config.beta}, lr {config.learning_rate:g}); TRL's "
+              f"GRPOConfig from labkit.trl_bridge: per_device_train_batch_size "
+              f"{trl_args.per_device_train_batch_size}, gradient_accumulation_steps "
+              f"{trl_args.gradient_accumulation_steps}, steps_per_generation "
+              f"{trl_args.steps_per_generation}, bf16 {trl_args.bf16}")
     rows = config.prompts_per_step * config.num_generations
     kept = slice(args.warmup, None)
     medians, problems = {}, []
-    for name, model, timings in (("labkit", labkit_model, labkit), ("trl", trl_model, trl)):
+    for name, (model, timings) in sides.items():
         times = timings.seconds[kept]
         floors = [step_flops(model, p, c, rows) / throughput
                   for p, c in zip(timings.prompt_tokens[kept], timings.completion_tokens[kept])]
         medians[name] = statistics.median(times)
         floor = statistics.median(floors)
         trained = statistics.mean(timings.trained[kept]) / rows
+        completion_tokens = statistics.mean(timings.completion_tokens[kept])
+        sampling = completion_tokens / statistics.median(timings.generation_seconds[kept])
         print(f"{name:>6}: median {medians[name]:.3f} s/step (steps: "
-              f"{', '.join(f'{t:.2f}' for t in times)}); mean reward "
-              f"{statistics.fmean(timings.reward[kept]):.3f}, reward std "
+              f"{', '.join(f'{t:.2f}' for t in times)}); sampling {sampling:,.0f} completion "
+              f"tokens/s; mean reward {statistics.fmean(timings.reward[kept]):.3f}, reward std "
               f"{statistics.fmean(timings.reward_std[kept]):.3f}; mean completion "
-              f"{statistics.mean(timings.completion_tokens[kept]) / rows:.1f} tokens; "
+              f"{completion_tokens / rows:.1f} tokens; "
               f"{trained:.0%} of completions in the training forward; compute floor "
               f"{floor:.3f} s, {medians[name] / floor:.1f}x above it")
         problem = reward_problem(name, timings, kept)
         if problem:
             problems.append(problem)
+    if args.only and args.device == "cuda":
+        peak = torch.cuda.max_memory_allocated() / 2**30
+        print(f"{args.only:>6}: peak GPU memory (max_memory_allocated) {peak:.2f} GiB")
+        if args.only == "labkit":
+            print(f"planner (labkit.memory.memory_plan): {planned_gib(config, dataset):.2f} GiB")
     if problems:
         for problem in problems:
             print(f"no ratio: {problem}")
         return 1
-    print(f"ratio labkit/trl: {medians['labkit'] / medians['trl']:.2f}")
+    if len(medians) == 2:
+        print(f"ratio labkit/trl: {medians['labkit'] / medians['trl']:.2f}")
     return 0
+
+
+def planned_gib(config: TrainConfig, dataset) -> float:
+    """The memory planner's total for ``config`` with the longest prompt of ``dataset``."""
+    from labkit.bench_memory import prompt_length
+    from labkit.memory import memory_plan
+    from labkit.models import SHIPPED_CONFIGS, build_char_tokenizer, load_policy
+
+    if config.model_name_or_path in SHIPPED_CONFIGS:
+        tokenizer = build_char_tokenizer()  # what load_policy gives a random-weight shape
+    else:
+        tokenizer = load_policy(config.model_name_or_path, device="cpu")[1]
+    plan = memory_plan(config.model_name_or_path, config,
+                       prompt_length=prompt_length(tokenizer, dataset), device=config.device)
+    return float(plan.loc["total", "bytes"]) / 2**30
 
 
 if __name__ == "__main__":

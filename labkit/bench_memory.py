@@ -154,8 +154,16 @@ def prompt_length(tokenizer, dataset) -> int:
 
 
 def measure(model: str = "tiny", device: str = "cpu", prompts: int = 2, generations: int = 2,
-            completion_length: int = 16, seed: int = 0, threads: int = 1) -> dict:
-    """Build the model, run one trainer step and return planned and measured bytes.
+            completion_length: int = 16, seed: int = 0, threads: int = 1, steps: int = 2,
+            **overrides) -> dict:
+    """Build the model, run ``steps`` trainer steps and return planned and measured bytes.
+
+    Two steps by default: the first step's training forward runs before AdamW has allocated
+    its moments, so only from the second step on is every phase as the planner counts it (the
+    optimizer state lives through all phases). The measured peak covers all the steps.
+
+    ``overrides`` are further :class:`TrainConfig` fields of the measured run (e.g.
+    ``micro_batch_size``, ``gradient_checkpointing``).
 
     Keys: ``planned`` (bytes, the plan's total), ``measured`` (bytes: peak RSS minus the baseline
     on the CPU, peak allocated on CUDA), ``error`` (planned / measured - 1), ``phase`` (the
@@ -174,7 +182,7 @@ def measure(model: str = "tiny", device: str = "cpu", prompts: int = 2, generati
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     torch.set_num_threads(threads)
-    config = bench_config(device, prompts, generations, completion_length, seed)
+    config = bench_config(device, prompts, generations, completion_length, seed, **overrides)
     data = load_split("train").select(range(4 * prompts))
     # Warm-up: one step of the tiny model loads every lazily initialised piece of the runtime
     # (kernels, autograd's engine, the tokenizer, the optimizer's code paths) before the
@@ -202,9 +210,10 @@ def measure(model: str = "tiny", device: str = "cpu", prompts: int = 2, generati
     length = prompt_length(tokenizer_for_length or tokenizer, data)
     trainer = Trainer(config, model=policy, tokenizer=tokenizer, train_dataset=data,
                       reward_funcs=[alternating_reward])
-    tic = time.perf_counter()
-    row = trainer.training_step()
-    step_time = time.perf_counter() - tic
+    for _ in range(steps):
+        tic = time.perf_counter()
+        row = trainer.training_step()
+        step_time = time.perf_counter() - tic
     if device == "cuda":
         torch.cuda.synchronize()
         measured = float(torch.cuda.max_memory_allocated()) - baseline
@@ -229,16 +238,22 @@ def main(argv=None) -> int:
     parser.add_argument("--completion-length", type=int, default=DEFAULTS["completion_length"])
     parser.add_argument("--seed", type=int, default=DEFAULTS["seed"])
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--micro-batch-size", type=int, default=None)
+    parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--steps", type=int, default=2,
+                        help="trainer steps measured (from the second, AdamW's state exists)")
     args = parser.parse_args(argv)
     result = measure(args.model, args.device, args.prompts, args.generations,
-                     args.completion_length, args.seed, args.threads)
+                     args.completion_length, args.seed, args.threads, args.steps,
+                     micro_batch_size=args.micro_batch_size,
+                     gradient_checkpointing=args.gradient_checkpointing)
     import pandas as pd
 
     with pd.option_context("display.max_colwidth", 90, "display.width", 200):
         print(result["plan"][["GiB", "phases", "formula"]].round(3))
     what = "peak RSS - baseline" if args.device == "cpu" else "max_memory_allocated"
     print(f"\n{args.model} on {args.device}: prompt {result['prompt_length']} tokens, "
-          f"completions {result['completion_length']:.0f} tokens (mean), step "
+          f"completions {result['completion_length']:.0f} tokens (mean), last step "
           f"{result['step_time']:.1f} s")
     print(f"baseline before the model: {result['baseline'] / 2**30:.3f} GiB")
     print(f"planned total ({result['phase']}): {result['planned'] / 2**30:.3f} GiB")

@@ -39,9 +39,12 @@ optimizer state              AdamW: ``2 n s_n`` (exp_avg, exp_avg_sq); SGD: 0   
 optimizer step temporaries   ``n s_n`` (``rollback_nonfinite_weights``' copy) + AdamW's  step
                              ``sqrt(exp_avg_sq)``: ``n s_n`` on CUDA (foreach), twice
                              the largest tensor on the CPU (one tensor at a time)
-activations                  ``b T a_L`` per layer x L, with checkpointing ``b T d s``    train
-                             per layer x L + one layer's ``b T a_L``; + ``2 b T d s``
-                             (final norm, output layer input)
+activations                  ``b T a_L`` per layer x L; with shared prompts (no         train
+                             checkpointing, ``u = min(p, b) < b`` distinct prompts)
+                             ``(u P + b C) a_L + b P 2 h hd s`` per layer x L; with
+                             checkpointing ``b T d s`` per layer x L + one layer's
+                             ``b T a_L``; + ``2 d s`` per token (final norm, output
+                             layer input)
 logits                       ``2 b (C+1) V s`` (logits and their gradient) +            train
                              ``2 c V 4`` (two float32 chunks of :mod:`labkit.logprobs`)
 KV cache (sampling)          ``G p T L h_kv hd 2 s`` (keys and values)                  sampling
@@ -89,32 +92,42 @@ mixed-precision training with float32 master weights and moments (DeepSpeed, Meg
 keeps LoRA adapters in float32 under a bfloat16 base (``autocast_adapter_dtype``), so adapters,
 their gradients and moments cost 16 bytes per adapter parameter. Gradients are set to None after
 each optimizer step, so sampling never holds them; the AdamW state stays. The planner counts the
-training forward as one plain ``[prompt | completion]`` forward (the trainer's shared-prompt
-forward is a little smaller; with gradient checkpointing the trainer uses the plain one), and
-gradients, activations and logits at once (exact from the second micro-batch of a step on).
+training forward as the trainer runs it: each distinct prompt of a micro-batch once, its
+completions on top, whose attention saves the prompt's keys and values once per row (with
+gradient checkpointing the trainer uses the plain ``[prompt | completion]`` forward, and so does
+the planner); and gradients, activations and logits at once (exact from the second micro-batch
+of a step on).
 
 What the planner leaves out: the Python/torch runtime (about 0.4-0.5 GiB of process memory on a
 CPU, the CUDA context on a GPU, neither counted by ``torch.cuda.max_memory_allocated``), the
 allocator's fragmentation and caching, the data, the tokenizer, and transients smaller than a
 chunk (masks, positions, per-token scalars).
 
-Measured against one real trainer step (``python -m labkit.bench_memory``; CPU, float32, seed 0,
-one thread, 2 prompts x G = 2 completions of at most 16 tokens, prompts of 30 tokens; measured =
-the peak RSS minus the RSS before the model was built, after a warm-up step of the tiny Qwen had
-loaded the runtime, about 0.5 GiB of baseline the planner leaves out):
+Measured against real trainer steps (``python -m labkit.bench_memory``: two steps, seed 0, the
+peak over both, since AdamW's moments exist only from the second). On the lab's CPU: float32, one
+thread, 2 prompts x G = 2 completions of at most 16 tokens, prompts of 30 tokens; measured = the
+peak RSS minus the RSS before the model was built, after a warm-up step of the tiny Qwen had
+loaded the runtime (about 0.5 GiB of baseline the planner leaves out). On one NVIDIA H100 (bf16,
+``torch.cuda.max_memory_allocated``), prompts of 42 tokens:
 
-==================  ==========  ===========  =======  ==============  ========================
-model               planned     measured     error    largest phase   step time (1 thread)
-==================  ==========  ===========  =======  ==============  ========================
-tiny Qwen (0.8 M)   0.021 GiB   0.019 GiB    +9%      train           0.1 s
-Qwen2.5-0.5B shape  10.22 GiB   10.36 GiB    -1.4%    optimizer step  39 s (random weights)
-==================  ==========  ===========  =======  ==============  ========================
+==========================================  ==========  ==========  =======  ==============
+model and run                               planned     measured    error    largest phase
+==========================================  ==========  ==========  =======  ==============
+tiny Qwen, CPU, 2 x 2 x 16                  0.018 GiB   0.021 GiB   -15%     train
+Qwen2.5-0.5B shape, CPU, 2 x 2 x 16         10.22 GiB   10.44 GiB   -2.1%    optimizer step
+Qwen2.5-0.5B shape, H100, 16 x 8 x 64       20.60 GiB   20.06 GiB   +2.7%    train
+same, gradient checkpointing                9.85 GiB    8.33 GiB    +18%     train
+Qwen3-0.6B shape, H100, 16 x 8 x 128        48.90 GiB   50.07 GiB   -2.3%    train
+==========================================  ==========  ==========  =======  ==============
 
-At the 0.5B shape in float32 the optimizer step is the peak: weights, gradients and both moments
-(7.36 GiB) plus the rollback copy (1.84 GiB) and AdamW's per-tensor temporaries (two copies of
-the 0.54 GiB embedding). At this size the RSS follows the planner within 2%; at the tiny size
-the C allocator's page reuse moves the RSS by megabytes, hence ``tests/test_memory.py``'s factor
-of 2. A GPU run (``--device cuda``, ``torch.cuda.max_memory_allocated``) has not been measured.
+At the 0.5B shape in float32 with a tiny batch the optimizer step is the peak: weights, gradients
+and both moments (7.36 GiB) plus the rollback copy (1.84 GiB) and AdamW's per-tensor temporaries
+(two copies of the 0.54 GiB embedding). With a real batch on a GPU the training forward's
+activations and logits are the peak, and the shared-prompt forward matters: counting plain
+``[prompt | completion]`` rows instead planned 26.5 GiB for the 20.06 measured (+32%). With
+gradient checkpointing the plan adds the logits and their gradient to a whole layer's
+activations, which are not live at the same time, so it overestimates. At the tiny size the C
+allocator's page reuse moves the RSS by megabytes, hence ``tests/test_memory.py``'s factor of 2.
 """
 
 from __future__ import annotations
@@ -355,24 +368,37 @@ def memory_plan(model_config_or_name, train_config=None, *, prompt_length: int |
         (f"rollback copy of the trainable weights n x s_n = {backup:,} B; "
          if backup else "no rollback copy; ") + how)
     per_layer = b * T * a_layer
+    # Distinct prompts in a micro-batch: the whole batch holds p, a split of it at most min(p, b).
+    # Without checkpointing the trainer runs each once and its completions on top (labkit.forward)
+    u = min(p, b)
+    tokens = b * T  # tokens through the training forward
     if cfg.gradient_checkpointing:
         activations = L * b * T * d * s + per_layer
         act_formula = (f"checkpointing: L x b x T x d x s (layer inputs) + one layer's b x T x "
                        f"a_L = {L} x {b} x {T} x {d} x {s} + {b} x {T} x {a_layer}")
+    elif u < b:
+        tokens = u * P + b * C
+        # each completion row's attention still saves the prompt's keys and values, repeated to
+        # h heads: 2 h hd s per prompt position and row
+        kv = 2 * shape.h * shape.hd * s
+        activations = L * (tokens * a_layer + b * P * kv)
+        act_formula = (f"shared prompts: L x ((u P + b C) x a_L + b P x 2 h hd s) = {L} x (({u} x "
+                       f"{P} + {b} x {C}) x {a_layer} + {b} x {P} x {kv}) B, u = distinct "
+                       f"prompts")
     else:
         activations = L * per_layer
         act_formula = f"L x b x T x a_L = {L} x {b} x {T} x {a_layer} B/token"
-    activations += 2 * b * T * d * s
+    activations += 2 * tokens * d * s
     lora_dropout = getattr(cfg, "lora_dropout", 0.0) or 0.0
     if lora and lora_dropout > 0:
         inputs = sum(shape.linear_shapes()[n][0] for n in targets)
         # With checkpointing only the layer being recomputed holds its dropped inputs and masks.
         layers = 1 if cfg.gradient_checkpointing else L
-        activations += layers * b * T * inputs * (s + 1)
-        act_formula += f" + dropout: {layers} x b x T x {inputs} inputs x (s + 1)"
+        activations += layers * tokens * inputs * (s + 1)
+        act_formula += f" + dropout: {layers} x {tokens:,} tokens x {inputs} inputs x (s + 1)"
     add("activations", activations, "train",
-        act_formula + f" + final norm and output-layer input 2 x b x T x d x s (T = P + C = "
-        f"{P} + {C}, b = {b})")
+        act_formula + f" + final norm and output-layer input 2 x {tokens:,} tokens x d x s "
+        f"(T = P + C = {P} + {C}, b = {b})")
     rows_logits = b * (C + 1)
     chunk_rows = min(rows_logits, max(1, _CHUNK_ELEMENTS // max(V, 1)))
     add("logits", 2 * rows_logits * V * s + 2 * chunk_rows * V * 4, "train",

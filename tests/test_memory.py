@@ -168,8 +168,9 @@ def test_plot_memory_plan_draws_one_stacked_bar_per_phase_and_the_gpu_lines():
 
 def test_planned_total_within_a_factor_of_the_measured_peak_of_a_real_step():
     """One real trainer step of the tiny Qwen (labkit.bench_memory: float32, seed 0, 2 prompts x
-    G = 2, 16 tokens): measured 0.019 GiB (peak RSS minus the baseline after a warm-up step),
-    planned 0.021 GiB, +9% on the lab's CPU box. RSS at this scale moves with the C allocator's
+    G = 2, 16 tokens, two steps): measured 0.021 GiB (peak RSS minus the baseline after a
+    warm-up step), planned 0.018 GiB, -15% on the lab's CPU box. RSS at this scale moves with the C
+    allocator's
     page reuse, so the test allows a factor of 2 either way."""
     pytest.importorskip("psutil")
     from labkit.bench_memory import measure

@@ -106,6 +106,30 @@ def test_every_preset_trains_with_finite_metrics(base, name):
         assert (history["completions_trained"] <= 4 * 3).all()
 
 
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("name", ["ppo", "grpo", "dapo", "gspo", "gfpo"])
+def test_every_preset_trains_on_a_gpu_in_bfloat16(base, name):
+    """The same presets on CUDA: mini-batches, dynamic sampling and GFPO's filter index the
+    batch with GPU tensors while the per-function reward table stays on the CPU (a bug the
+    first GPU run found)."""
+    model, tokenizer, data = base
+    overrides = {"num_generations": 6, "num_remains_in_group": 3} if name == "gfpo" else {}
+    if name == "dapo":
+        overrides = {"mask_truncated_completions": False, "overlong_buffer_len": 0,
+                     "num_mini_batches": 2}
+    config = preset(name, **{**SMALL, **overrides, "device": "cuda", "dtype": "bfloat16"})
+    gpu_model = copy.deepcopy(model).to("cuda", torch.bfloat16)
+    before = weights(gpu_model)
+    trainer = Trainer(config, model=gpu_model, tokenizer=tokenizer, train_dataset=data,
+                      reward_funcs=[length_reward])
+    history = trainer.train().history
+    assert len(history) == 3 and (history["skipped_nonfinite"] == 0).all()
+    assert history["peak_memory_mb"].max() > 0  # torch.cuda's peak, not the process RSS
+    numeric = history.drop(columns=[c for c in history if c.startswith("accuracy")])
+    assert torch.isfinite(torch.tensor(numeric.to_numpy(dtype=float))).all(), history.T
+    assert not same_weights(before, weights(trainer.model))
+
 def test_dynamic_sampling_refills_the_batch(base):
     trainer = make_trainer(base, "dapo", max_steps=1, mask_truncated_completions=False,
                            overlong_buffer_len=0, max_resample_rounds=5, prompts_per_step=8)

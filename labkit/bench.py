@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from labkit.bench_memory import alternating_reward
+from labkit.bench_memory import alternating_reward, prompt_length
 from labkit.config import TrainConfig
 
 SETTINGS = {"prompts": 16, "num_generations": 8, "max_completion_length": 64,
@@ -144,7 +144,7 @@ class Timings:
 
 
 def labkit_stepper(config: TrainConfig, dataset, reward_funcs=None):
-    """labkit's trainer on ``config``; returns (model, timings, step function)."""
+    """labkit's trainer on ``config``; returns (trainer, timings, step function)."""
     from labkit.trainer import Trainer
 
     model, tokenizer = load_bench_model(config)
@@ -173,7 +173,7 @@ def labkit_stepper(config: TrainConfig, dataset, reward_funcs=None):
         timings.reward.append(row["reward"])
         timings.reward_std.append(row["reward_std"])
 
-    return model, timings, step
+    return trainer, timings, step
 
 
 def run_trl_with(config: TrainConfig, dataset, between_steps, reward_funcs=None):
@@ -298,8 +298,8 @@ def main(argv=None) -> int:
         torch.cuda.reset_peak_memory_stats()
     sides = {}
     if args.only != "trl":
-        labkit_model, labkit, labkit_step = labkit_stepper(config, dataset, reward_funcs)
-        sides["labkit"] = (labkit_model, labkit)
+        labkit_trainer, labkit, labkit_step = labkit_stepper(config, dataset, reward_funcs)
+        sides["labkit"] = (labkit_trainer.model, labkit)
     if args.only == "labkit":
         for _ in range(config.max_steps):
             labkit_step()
@@ -339,7 +339,11 @@ def main(argv=None) -> int:
         peak = torch.cuda.max_memory_allocated() / 2**30
         print(f"{args.only:>6}: peak GPU memory (max_memory_allocated) {peak:.2f} GiB")
         if args.only == "labkit":
-            print(f"planner (labkit.memory.memory_plan): {planned_gib(config, dataset):.2f} GiB")
+            from labkit.memory import memory_plan
+
+            plan = memory_plan(config.model_name_or_path, config, device=config.device,
+                               prompt_length=prompt_length(labkit_trainer.tokenizer, dataset))
+            print(f"planner (labkit.memory.memory_plan): {plan.loc['total', 'GiB']:.2f} GiB")
     if problems:
         for problem in problems:
             print(f"no ratio: {problem}")
@@ -347,21 +351,6 @@ def main(argv=None) -> int:
     if len(medians) == 2:
         print(f"ratio labkit/trl: {medians['labkit'] / medians['trl']:.2f}")
     return 0
-
-
-def planned_gib(config: TrainConfig, dataset) -> float:
-    """The memory planner's total for ``config`` with the longest prompt of ``dataset``."""
-    from labkit.bench_memory import prompt_length
-    from labkit.memory import memory_plan
-    from labkit.models import SHIPPED_CONFIGS, build_char_tokenizer, load_policy
-
-    if config.model_name_or_path in SHIPPED_CONFIGS:
-        tokenizer = build_char_tokenizer()  # what load_policy gives a random-weight shape
-    else:
-        tokenizer = load_policy(config.model_name_or_path, device="cpu")[1]
-    plan = memory_plan(config.model_name_or_path, config,
-                       prompt_length=prompt_length(tokenizer, dataset), device=config.device)
-    return float(plan.loc["total", "bytes"]) / 2**30
 
 
 if __name__ == "__main__":

@@ -173,7 +173,7 @@ def measure(model: str = "tiny", device: str = "cpu", prompts: int = 2, generati
     import gc
 
     from labkit.memory import memory_plan
-    from labkit.models import build_char_tokenizer, load_policy
+    from labkit.models import load_policy
     from labkit.tasks import load_split
     from labkit.trainer import Trainer
 
@@ -194,8 +194,6 @@ def measure(model: str = "tiny", device: str = "cpu", prompts: int = 2, generati
     gc.collect()
     _return_free_memory()
     random_init = model != "tiny"
-    # the shipped shapes use the lab's character tokenizer (labkit.models.load_policy)
-    tokenizer_for_length = build_char_tokenizer() if random_init else None
     peak = PeakRSS()
     if device == "cuda":
         torch.cuda.synchronize()
@@ -207,7 +205,7 @@ def measure(model: str = "tiny", device: str = "cpu", prompts: int = 2, generati
         peak.reset()
     policy, tokenizer = load_policy(model, random_init=random_init, seed=seed, device=device,
                                     dtype=config.dtype)
-    length = prompt_length(tokenizer_for_length or tokenizer, data)
+    length = prompt_length(tokenizer, data)
     trainer = Trainer(config, model=policy, tokenizer=tokenizer, train_dataset=data,
                       reward_funcs=[alternating_reward])
     for _ in range(steps):

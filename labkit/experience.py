@@ -109,14 +109,8 @@ class Experience:
         return "row"
 
     def select(self, index) -> Experience:
-        """Rows ``index`` (a bool mask or integer indices), every field alike. An index tensor
-        may live on another device than a field (on a GPU the reward table stays on the CPU)."""
-        def rows_of(value):
-            if isinstance(index, torch.Tensor) and index.device != value.device:
-                return value[index.to(value.device)]
-            return value[index]
-
-        return replace(self, **{name: rows_of(value) for name, value in self._tensors()})
+        """Rows ``index`` (a bool mask or integer indices), every field alike."""
+        return replace(self, **{name: value[index] for name, value in self._tensors()})
 
     def trimmed(self) -> Experience:
         """Drop prompt columns that are padding in every row (left) and completion columns past

@@ -128,7 +128,9 @@ def guarded_optimizer_step(optimizer, scheduler, named_params, max_grad_norm: fl
         params = [p for group in optimizer.param_groups for p in group["params"]]
         backup = [p.detach().clone() for p in params] if rollback else None
         optimizer.step()
-        if backup is not None and not all(bool(torch.isfinite(p).all()) for p in params):
+        # one device sync for all tensors, not one per tensor
+        if backup is not None and not bool(torch.stack([torch.isfinite(p).all()
+                                                        for p in params]).all()):
             with torch.no_grad():
                 for p, saved in zip(params, backup, strict=True):
                     p.copy_(saved)

@@ -72,7 +72,8 @@ def score_completions(config, reward_funcs, rows: dict, rollout, embed=None):
             cfg.length_reward, totals, lengths, correct.to(device), per_prompt,
             weight=cfg.length_reward_weight, target=cfg.length_target,
             target_easy=cfg.length_target_easy)
-    per_function = torch.tensor(per_function, dtype=torch.float32).T
+    # on the batch's device, like every other field of the Experience that stores it
+    per_function = torch.tensor(per_function, dtype=torch.float32, device=device).T
     return per_function, totals, correct
 
 

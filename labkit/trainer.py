@@ -574,9 +574,8 @@ class Trainer:
             batch.sequence_advantages = gfpo_advantages(rewards, kept, per_prompt,
                                                         cfg.scale_rewards)
         elif cfg.multi_objective_aggregation == "normalize_then_sum":
-            components = batch.reward_components.to(rewards.device)
             batch.sequence_advantages = combine_rewards(
-                components, cfg.reward_weights and torch.tensor(cfg.reward_weights),
+                batch.reward_components, cfg.reward_weights and torch.tensor(cfg.reward_weights),
                 per_prompt, "normalize_then_sum").to(rewards.dtype)
         elif cfg.advantage_estimator == "grpo":
             batch.sequence_advantages = group_advantages(rewards, per_prompt, cfg.scale_rewards)

@@ -36,10 +36,6 @@ def iwu_step(logits, scores, lr):
 
 
 def pass_at_k(num_samples, num_correct, k):
-    """Unbiased pass@k: 1 - C(n - c, k) / C(n, k), as a running product (no huge binomials)."""
-    if num_samples - num_correct < k:
-        return 1.0
-    miss = 1.0
-    for i in range(num_samples - num_correct + 1, num_samples + 1):
-        miss *= 1.0 - k / i
-    return 1.0 - miss
+    """Unbiased pass@k, the textbook form: 1 - C(n - c, k) / C(n, k), the chance that k answers
+    drawn without replacement miss every right one (labkit computes it as a running product)."""
+    return 1.0 - math.comb(num_samples - num_correct, k) / math.comb(num_samples, k)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from labkit.compat import cache_kwargs
 from labkit.logprobs import logprobs_and_entropy, token_logprobs
 
 #: What one extra forward + backward costs, in padded tokens' worth of compute: on a CPU the tiny
@@ -34,15 +35,14 @@ def policy_call(model):
     """``call`` for a causal LM: logits at the last ``keep`` positions, (b, keep, V)."""
     def call(ids, mask, positions, cache, keep):
         return model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                     past_key_values=cache, use_cache=cache is not None,
-                     logits_to_keep=keep).logits
+                     logits_to_keep=keep, **cache_kwargs(cache)).logits
     return call
 
 
 def critic_call(critic):
     """``call`` for a :class:`labkit.models.ValueModel`: values at the last ``keep`` positions."""
     def call(ids, mask, positions, cache, keep):
-        return critic(ids, mask, positions, past_key_values=cache, values_to_keep=keep)
+        return critic(ids, mask, positions, cache=cache, values_to_keep=keep)
     return call
 
 

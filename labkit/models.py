@@ -29,6 +29,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from labkit.compat import cache_kwargs
+
 #: Where the shipped data lives; ``LABKIT_DATA`` overrides it (e.g. a read-only install).
 DATA_DIR = Path(os.environ.get("LABKIT_DATA", Path(__file__).resolve().parent.parent / "data"))
 TINY_MODEL_DIR = DATA_DIR / "models" / "tiny-qwen"
@@ -295,12 +297,11 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.head.bias)
 
     def forward(self, input_ids, attention_mask=None, position_ids=None, *,
-                past_key_values=None, values_to_keep: int = 0):
-        """Values (B, T); ``values_to_keep = k`` keeps the last k positions only, and
-        ``past_key_values`` continues from a cache (the trainer's shared-prompt forward)."""
+                cache=None, values_to_keep: int = 0):
+        """Values (B, T); ``values_to_keep = k`` keeps the last k positions only, and ``cache``
+        continues from a KV cache (the trainer's shared-prompt forward)."""
         out = self.trunk(input_ids=input_ids, attention_mask=attention_mask,
-                         position_ids=position_ids, past_key_values=past_key_values,
-                         use_cache=past_key_values is not None)
+                         position_ids=position_ids, **cache_kwargs(cache))
         hidden = out.last_hidden_state
         return self.head(hidden[:, -values_to_keep:] if values_to_keep else hidden).squeeze(-1)
 

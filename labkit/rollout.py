@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from labkit.compat import cache_kwargs
 
 @dataclass
 class Rollout:
@@ -139,7 +140,7 @@ def generate(
     cache = DynamicCache()
     positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
-                past_key_values=cache, use_cache=True, logits_to_keep=1)
+                logits_to_keep=1, **cache_kwargs(cache))
     logits = out.logits[:, -1].float()
     if num_generations > 1:  # one prefill per prompt, shared by its G samples
         cache.batch_repeat_interleave(num_generations)
@@ -181,7 +182,7 @@ def generate(
             break
         attn = torch.cat([attn, attn.new_ones((attn.size(0), 1))], dim=1)
         out = model(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None],
-                    past_key_values=cache, use_cache=True)
+                    **cache_kwargs(cache))
         logits = out.logits[:, -1].float()
         next_pos = next_pos + 1
 

@@ -1,6 +1,10 @@
 """Settings for executing the notebooks under nbval (inherited by each notebook's kernel)."""
 
+import atexit
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 # No hub downloads from a notebook run by the tests.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -8,3 +12,13 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Headless: widgets draw their static figure with default settings (labkit.widgets).
 os.environ.setdefault("LABKIT_STATIC", "1")
+
+# Each kernel starts with the suite's deprecation check (labkit.compat): a FutureWarning or
+# DeprecationWarning that a dependency raises inside a labkit call fails the cell, so no
+# notebook shows a learner such a warning. IPython runs the profile's startup files first.
+_ipython_dir = Path(tempfile.mkdtemp(prefix="labkit-ipython-"))
+(_ipython_dir / "profile_default" / "startup").mkdir(parents=True)
+(_ipython_dir / "profile_default" / "startup" / "00-labkit-deprecations.py").write_text(
+    "from labkit.compat import escalate_dependency_warnings\nescalate_dependency_warnings()\n")
+os.environ["IPYTHONDIR"] = str(_ipython_dir)
+atexit.register(shutil.rmtree, _ipython_dir, ignore_errors=True)

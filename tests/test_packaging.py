@@ -19,12 +19,13 @@ def test_environment_yml_matches_pyproject():
     wanted.update({_name(r): r.replace(" ", "") for r in project["optional-dependencies"]["dev"]})
     pip_lines = [ln.strip()[2:].strip() for ln in (ROOT / "environment.yml").read_text().splitlines()
                  if ln.strip().startswith("- ") and ln.startswith("      ")]
-    listed = {_name(r): r.replace(" ", "") for r in pip_lines if not r.startswith("-e")}
+    listed = {_name(r): r.replace(" ", "") for r in pip_lines if not r.startswith(("-e", "-c"))}
     assert listed == wanted, (
         "environment.yml's pip list and pyproject.toml (dependencies + dev extra) differ: "
         f"only in environment.yml: {sorted(set(listed.items()) - set(wanted.items()))}; "
         f"only in pyproject.toml: {sorted(set(wanted.items()) - set(listed.items()))}")
     assert "-e ." in pip_lines, "environment.yml must install the labkit package itself"
+    assert "-c requirements-lock.txt" in pip_lines, "environment.yml must install through the lock"
 
 
 def test_ci_runs_the_readme_commands():

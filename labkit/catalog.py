@@ -431,7 +431,7 @@ CATALOG: tuple[Method, ...] = (
         _RLPLUS,
         id="rlplus-no-clip-exploration",
         changes="clip",
-        functions=(_L + "rlplus_surrogate", _E + "focal_weight", _E + "mis_ratio"),
+        functions=(_L + "rlplus_surrogate", _L + "focal_weight", _L + "mis_ratio"),
         config={"loss_type": "rlplus", "rlplus_demonstrations": True, "scale_rewards": "none"},
         notebook=_NB["exploration"],
         tests=(_TE + "test_rlplus_mis_ratio_and_focal_weight_checks",

@@ -40,14 +40,17 @@ from labkit.exploration import TEMPERATURE_SCHEDULES
 from labkit.filters import GFPO_METRICS
 from labkit.length_control import LENGTH_REWARDS
 from labkit.losses import (
-    CLIPPED_LOSS_TYPES,
     IMPORTANCE_SAMPLING_LEVELS,
     KL_ESTIMATORS,
-    LOSS_TYPES,
+    clipped_loss_types,
+    get_loss_type,
+    loss_types,
 )
+from labkit.losses.registry import all_options, option_owners
 from labkit.mismatch import MODES as IMPORTANCE_SAMPLING_MODES
 from labkit.models import DTYPES
 from labkit.prompt_sampling import PROMPT_SAMPLERS
+from labkit.rules import config_rules
 
 #: Estimators that compare the completions of one prompt (they need num_generations >= 2).
 GROUP_ESTIMATORS = ("grpo", "rloo", "opo")
@@ -416,7 +419,7 @@ class TrainConfig:
         every ratio is exactly 1 at its one update, no clip ever binds, and the setting changes
         nothing. (CISPO's ``epsilon_high`` is a weight cap, not a band, and is not counted.)"""
         return (self.epsilon_high is not None and self.epsilon_high > self.epsilon
-                and self.loss_type != "cispo" and not self.off_policy)
+                and get_loss_type(self.loss_type).clipped and not self.off_policy)
 
     @property
     def needs_reference(self) -> bool:
@@ -442,7 +445,7 @@ class TrainConfig:
         _choice(self, "advantage_estimator", ADVANTAGE_ESTIMATORS)
         _choice(self, "scale_rewards", SCALE_REWARDS)
         _choice(self, "multi_objective_aggregation", MULTI_OBJECTIVE_AGGREGATIONS)
-        _choice(self, "loss_type", LOSS_TYPES)
+        _choice(self, "loss_type", loss_types())
         _choice(self, "importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS)
         _choice(self, "kl_estimator", KL_ESTIMATORS)
         _choice(self, "gfpo_metric", GFPO_METRICS)
@@ -566,27 +569,7 @@ class TrainConfig:
             _refuse(f"importance_sampling_level={self.importance_sampling_level!r} (GSPO) needs "
                     f"one advantage per completion, but GAE gives one per token: use "
                     f"importance_sampling_level='token' with advantage_estimator='gae'")
-        if estimator == "gae" and self.loss_type == "vespo":
-            _refuse("loss_type='vespo' weighs whole sequences by one advantage each, but GAE "
-                    "gives one per token: use another loss_type with advantage_estimator='gae'")
-        if self.loss_type == "cispo" and self.epsilon_high is None:
-            _refuse("loss_type='cispo' caps the importance weight at epsilon_high, an absolute "
-                    "cap (TRL recommends 5.0): set epsilon_high (TRL would silently use epsilon "
-                    "= 0.2 and shrink every gradient fivefold)")
-        if self.loss_type not in CLIPPED_LOSS_TYPES and (
-                self.delta is not None or self.dual_clip is not None):
-            _refuse(f"delta and dual_clip act on PPO's clipped ratio, and loss_type="
-                    f"{self.loss_type!r} does not clip it: use one of {CLIPPED_LOSS_TYPES} or "
-                    f"delta=None, dual_clip=None")
-        epsilon_high = self.epsilon if self.epsilon_high is None else self.epsilon_high
-        if self.loss_type != "cispo" and epsilon_high < self.epsilon:
-            _refuse(f"epsilon_high ({epsilon_high}) is below epsilon ({self.epsilon}): the "
-                    f"upper clip 1 + epsilon_high is meant to be at least as wide as the lower "
-                    f"(DAPO's clip-higher widens it): raise epsilon_high or use None (= epsilon)")
-        if self.delta is not None and self.delta <= 1 + epsilon_high:
-            _refuse(f"delta ({self.delta}) caps the unclipped ratio and must exceed the upper "
-                    f"clip 1 + epsilon_high = {1 + epsilon_high} (INTELLECT-2, arXiv 2505.07291),"
-                    f" or it would clip inside the trust region")
+        self._check_loss_type()
         if self.kl_in_reward and self.beta == 0:
             _refuse("kl_in_reward=True subtracts beta * KL from the reward, and beta is 0: set "
                     "beta > 0 (e.g. 0.05) to get a reference model and a penalty, or "
@@ -617,14 +600,28 @@ class TrainConfig:
         self._check_length_reward()
         self._check_exploration()
         self._check_lora_combinations()
+        for rule in config_rules():  # the rules each method module registered (labkit.rules)
+            rule(self)
         if (self.importance_sampling_level == "sequence"
-                and self.loss_type in ("bnpo", "dr_grpo", "dapo", "cispo")):
+                and get_loss_type(self.loss_type).aggregation != "sequence_mean"):
             warnings.warn(f"importance_sampling_level='sequence' with loss_type="
                           f"{self.loss_type!r} weighs each sequence by its length; GSPO as "
                           f"published uses loss_type='grpo' (TRL gives the same warning)",
                           stacklevel=4)
         if self.clip_higher_inert:
             warnings.warn(inert_clip_higher_message(self), stacklevel=4)
+
+    def _check_loss_type(self):
+        """The chosen loss type's own rules (its file registers them), and no switch of another
+        loss type left on: an option that is off by default (None) and set for a loss that does
+        not read it would silently do nothing."""
+        loss = get_loss_type(self.loss_type)
+        for name, default in all_options().items():
+            if default is None and name not in loss.options and getattr(self, name) is not None:
+                _refuse(f"{name} acts on loss types {option_owners(name)}, and loss_type="
+                        f"{self.loss_type!r} does not read it: use one of them or {name}=None")
+        if loss.config_check is not None:
+            loss.config_check(self)
 
     def _check_exploration(self):
         if self.temperature_schedule != "constant" and self.temperature_final is None:
@@ -639,22 +636,9 @@ class TrainConfig:
         if self.clip_cov_lb >= self.clip_cov_ub:
             _refuse(f"clip_cov_lb ({self.clip_cov_lb}) must be below clip_cov_ub "
                     f"({self.clip_cov_ub})")
-        if self.rlplus_demonstrations and self.loss_type != "rlplus":
-            _refuse("rlplus_demonstrations put external demonstrations in the group, which "
-                    "only loss_type='rlplus' trains correctly (with the MIS ratio): set "
-                    "loss_type='rlplus'")
-        if self.loss_type == "rlplus" and (self.advantage_estimator == "gae" or
-                                           self.importance_sampling_level != "token"):
-            _refuse("loss_type='rlplus' uses token ratios and a group advantage: use "
-                    "importance_sampling_level='token' and a group estimator")
-        if self.rlplus_demonstrations and (self.num_generations < 2 or self.dynamic_sampling
-                                           or self.num_remains_in_group is not None
-                                           or self.gfpo_adaptive_k is not None):
-            _refuse("rlplus_demonstrations replace one completion per group: use "
-                    "num_generations >= 2 without dynamic sampling or GFPO")
-        if self.cov_penalty is not None and self.loss_type not in CLIPPED_LOSS_TYPES:
+        if self.cov_penalty is not None and not get_loss_type(self.loss_type).clipped:
             _refuse(f"cov_penalty acts on PPO's clipped surrogate; loss_type="
-                    f"{self.loss_type!r} is not one: use one of {CLIPPED_LOSS_TYPES}")
+                    f"{self.loss_type!r} is not one: use one of {clipped_loss_types()}")
 
     def _check_lora_values(self):
         _integer(self, "lora_r", low=1)
@@ -686,9 +670,6 @@ class TrainConfig:
                     f"vllm_importance_sampling_clip_max ({high})")
 
     def _check_lora_combinations(self):
-        if self.vllm_importance_sampling_correction and self.loss_type == "vespo":
-            _refuse("vllm_importance_sampling_correction with loss_type='vespo': TRL folds the "
-                    "ratio into VESPO's kernel and the lab does not; use another loss_type")
         if not self.use_peft:
             return
         if self.ref_reset_every or self.ref_reset_patience:

@@ -15,9 +15,6 @@ function                            method (switch)
                                     is cleared (``ref_reset_every``, ``ref_reset_patience``)
 ``mix_reference``                   TR-DPO's soft reference update (arXiv 2404.09656), TRL's
                                     ``sync_ref_model``: ref <- alpha * policy + (1 - alpha) * ref
-``focal_weight`` /                  RL-PLUS (arXiv 2508.00222): the exploration weight
-``mis_ratio``                       (1 - sg[p])^gamma and the multiple-importance-sampling ratio
-                                    of demonstration tokens (``loss_type="rlplus"``)
 ``ngram_embeddings`` /              DRA-GRPO (arXiv 2505.09655): rewards of near-duplicate
 ``dra_weights``                     completions discounted by their similarity to the rest of the
                                     group (``diversity_adjustment``)
@@ -51,9 +48,7 @@ __all__ = [
     "clip_cov_mask",
     "covariance",
     "dra_weights",
-    "focal_weight",
     "kl_cov_mask",
-    "mis_ratio",
     "mix_reference",
     "ngram_embeddings",
     "reset_reference",
@@ -112,34 +107,6 @@ def mix_reference(policy: torch.nn.Module, reference: torch.nn.Module, alpha: fl
     for name, tensor in reference.state_dict().items():
         if tensor.is_floating_point():
             tensor.mul_(1 - alpha).add_(policy_state[name].to(tensor.dtype), alpha=alpha)
-
-
-# ---- RL-PLUS ---------------------------------------------------------------------------------------
-def focal_weight(logp: torch.Tensor, gamma: float = 0.5) -> torch.Tensor:
-    r"""RL-PLUS's exploration weight :math:`C_t = (1 - \mathrm{sg}[\pi_\theta(o_t)])^\gamma`.
-
-    ``logp`` (any shape) are current log-probs; the weight is detached, so it rescales a token's
-    gradient without adding one. A token the policy already predicts with probability 1 gets 0;
-    an unlikely one keeps almost all of its gradient. Check: p = 0.5 and gamma = 0.5 give 0.7071.
-    """
-    if gamma < 0:
-        raise ValueError(f"gamma must be >= 0, got {gamma}")
-    return (1 - logp.detach().exp()).clamp(min=0) ** gamma
-
-
-def mis_ratio(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
-    r"""RL-PLUS's multiple-importance-sampling ratio for tokens of an external demonstration.
-
-    .. math:: r^m_t = \frac{2\,\pi_\theta(e_t)}{\pi_{old}(e_t) + \hat\pi_\omega(e_t)},\qquad
-              \hat\pi_\omega = \tfrac12(\pi_{old} + 1) \ \Rightarrow\ r^m_t = \frac{4\pi_\theta}
-              {3\pi_{old} + 1}
-
-    The unknown policy that wrote the demonstration is estimated as a half/half mixture of the
-    old policy and a maximally uncertain one (the released code's constant 1), which keeps the
-    ratio below 4 even where the old policy gave the token almost no probability. Differentiable
-    through ``logp``. Check: with p_old = p: p = 1 -> 1, p = 0.5 -> 0.8, p = 0.1 -> 0.3077.
-    """
-    return 4 * logp.exp() / (3 * old_logp.detach().exp() + 1)
 
 
 # ---- DRA-GRPO --------------------------------------------------------------------------------------

@@ -106,7 +106,14 @@ from labkit.forward import (
     length_packed_micro_batches,
 )
 from labkit.lora import adapters_disabled, wrap_with_lora
-from labkit.losses import kl_estimate, policy_loss, value_loss
+from labkit.losses import (
+    LOCAL_AGGREGATIONS,
+    LossType,
+    get_loss_type,
+    kl_estimate,
+    policy_loss,
+    value_loss,
+)
 from labkit.metrics import METRICS, TIMING_COLUMNS, StepStats
 from labkit.mismatch import mismatch_metrics, mismatch_weights
 from labkit.models import ValueModel, load_policy
@@ -527,11 +534,30 @@ class Trainer:
             out[rows, :piece.size(1)] = piece
         return out
 
-    def _micro_batches(self, batch: Experience, rows: torch.Tensor) -> list[torch.Tensor]:
-        """``rows`` in micro-batches of at most ``micro_batch_size``, packed by length; bnpo,
-        whose token mean is per micro-batch, keeps TRL's plain split."""
+    @property
+    def loss(self) -> LossType:
+        """The registered loss type of this run (:data:`labkit.losses.LOSS_REGISTRY`)."""
+        return get_loss_type(self.config.loss_type)
+
+    @property
+    def _loss_settings(self) -> dict:
+        """``policy_loss``'s keywords that come from the config: the shared ones and the loss
+        type's own options. KL-Cov replaces the clip by its penalty, so it opens the band."""
         cfg = self.config
-        if cfg.loss_type == "bnpo":
+        unclipped = cfg.cov_penalty == "kl_cov"
+        return dict(loss_type=cfg.loss_type, importance_sampling_level=cfg.importance_sampling_level,
+                    epsilon=math.inf if unclipped else cfg.epsilon,
+                    epsilon_high=math.inf if unclipped else cfg.epsilon_high,
+                    beta=0.0 if cfg.kl_in_reward else cfg.beta, kl_estimator=cfg.kl_estimator,
+                    use_bias_correction_kl=cfg.use_bias_correction_kl,
+                    max_completion_length=cfg.max_completion_length,
+                    entropy_coef=cfg.entropy_coef, **self.loss.options_from(cfg))
+
+    def _micro_batches(self, batch: Experience, rows: torch.Tensor) -> list[torch.Tensor]:
+        """``rows`` in micro-batches of at most ``micro_batch_size``, packed by length; a loss
+        whose aggregation is local to a micro-batch (bnpo) keeps TRL's plain split."""
+        cfg = self.config
+        if self.loss.aggregation in LOCAL_AGGREGATIONS:
             cap = cfg.micro_batch_size or max(len(rows), 1)
             return list(rows.split(cap)) if len(rows) else []
         packs = length_packed_micro_batches(batch.prompt_mask.sum(-1)[rows],
@@ -648,7 +674,7 @@ class Trainer:
         only bnpo's per-micro-batch token mean depends on which rows share a micro-batch.
         """
         cfg = self.config
-        if cfg.loss_type == "bnpo":
+        if self.loss.aggregation in LOCAL_AGGREGATIONS:
             return torch.ones(len(batch), dtype=torch.bool, device=self.device)
         has_tokens = batch.loss_mask.any(-1)
         if (self.value_model is not None or cfg.entropy_coef != 0
@@ -682,24 +708,12 @@ class Trainer:
             if filtered is not None:
                 stats.add("tokens_masked", filtered[mb.loss_mask.bool()].float().mean(),
                           mb.loss_mask.sum())
-            unclipped = cfg.cov_penalty == "kl_cov"  # KL-Cov replaces the clip by its penalty
             loss, metrics = policy_loss(
-                logp, mb.old_logp, mb.advantages, mb.loss_mask, loss_type=cfg.loss_type,
-                importance_sampling_level=cfg.importance_sampling_level,
-                epsilon=math.inf if unclipped else cfg.epsilon,
-                epsilon_high=math.inf if unclipped else cfg.epsilon_high,
-                delta=cfg.delta, dual_clip=cfg.dual_clip,
-                beta=0.0 if cfg.kl_in_reward else cfg.beta, ref_logp=mb.ref_logp,
-                kl_estimator=cfg.kl_estimator, use_bias_correction_kl=cfg.use_bias_correction_kl,
-                max_completion_length=cfg.max_completion_length,
-                num_items_in_batch=num_items, num_sequences_in_batch=len(mini),
+                logp, mb.old_logp, mb.advantages, mb.loss_mask, ref_logp=mb.ref_logp,
+                **self._loss_settings, **self.loss.inputs_from(mb), num_items_in_batch=num_items,
+                num_sequences_in_batch=len(mini),
                 entropy=entropy if cfg.entropy_coef else entropy.detach(),
-                entropy_coef=cfg.entropy_coef, sapo_temperature_pos=cfg.sapo_temperature_pos,
-                sapo_temperature_neg=cfg.sapo_temperature_neg, vespo_k_pos=cfg.vespo_k_pos,
-                vespo_lambda_pos=cfg.vespo_lambda_pos, vespo_k_neg=cfg.vespo_k_neg,
-                vespo_lambda_neg=cfg.vespo_lambda_neg, demonstrations=mb.demonstrations,
-                exploration_gamma=cfg.exploration_gamma, token_weights=weights,
-                token_penalty=penalty)
+                token_weights=weights, token_penalty=penalty)
             stats.add("loss", metrics.pop("loss"), weight=None)
             weight = mb.loss_mask.sum()
             if self.value_model is not None:

@@ -1194,7 +1194,7 @@ def plot_surrogate_weights(epsilon_low: float = 0.2, epsilon_high: float = 0.28,
 
     Panels 1 and 2 (A > 0, A < 0): :func:`surrogate_weights` on a grid of ratios, REINFORCE
     (w = 1) dotted. Panel 3: the exploration weight :math:`(1-p)^\gamma` of
-    :func:`labkit.exploration.focal_weight` against the token's probability :math:`p`, for
+    :func:`labkit.losses.focal_weight` against the token's probability :math:`p`, for
     ``gamma`` and, for comparison, 0 (off) and 2.
 
     What to see: PPO's clip sets the weight to *zero* outside its band on the side where moving
@@ -1207,7 +1207,7 @@ def plot_surrogate_weights(epsilon_low: float = 0.2, epsilon_high: float = 0.28,
     Returns:
         the figure (3 panels).
     """
-    from labkit.exploration import focal_weight
+    from labkit.losses import focal_weight
 
     if not ratio_max > 1:
         raise ValueError(f"ratio_max must be > 1, got {ratio_max}")

@@ -11,15 +11,14 @@ from labkit.exploration import (
     clip_cov_mask,
     covariance,
     dra_weights,
-    focal_weight,
     kl_cov_mask,
-    mis_ratio,
     mix_reference,
     ngram_embeddings,
     temperature_at,
     token_filters,
     top_entropy_mask,
 )
+from labkit.losses import focal_weight, mis_ratio
 
 
 @pytest.mark.parametrize("schedule", ["linear", "cosine"])

@@ -356,7 +356,7 @@ def test_assignment_is_validated_and_a_refused_value_leaves_the_config_as_it_was
     ({"temperature": math.inf}, "finite"),
     ({"device": "gpu9"}, "torch device"),
     ({"loss_type": "cispo"}, "epsilon_high"),
-    ({"loss_type": "sapo", "delta": 2.0}, "delta and dual_clip"),
+    ({"loss_type": "sapo", "delta": 2.0}, "delta acts on loss types"),
     ({"learning_rate": 0.5, "weight_decay": 2.0}, "weight_decay"),
 ])
 def test_combinations_against_their_docs_are_refused(overrides, fragment):
@@ -494,7 +494,10 @@ def test_nan_inputs_to_policy_loss_are_refused_by_name():
 def test_module_constants_are_the_option_lists_of_their_modules():
     from labkit import advantages, filters, losses, models
 
-    assert config_module.LOSS_TYPES is losses.LOSS_TYPES
+    with pytest.raises(ValueError) as refused:  # loss types: the registry, not a copied list
+        TrainConfig(loss_type="nope")
+    assert str(refused.value) == (f"loss_type must be one of "
+                                  f"{', '.join(map(repr, losses.loss_types()))}, got 'nope'")
     assert config_module.SCALE_REWARDS is advantages.SCALE_REWARDS
     assert config_module.GFPO_METRICS is filters.GFPO_METRICS
     assert config_module.DTYPES is models.DTYPES

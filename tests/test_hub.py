@@ -1,0 +1,334 @@
+"""The classroom deployment in deploy/: shipped configs, the Binder and image files, the link helper,
+and (slow) a real JupyterHub on 127.0.0.1 with three students training at the same time.
+
+The fast tests read the shipped files: the one-server JupyterHub config (loaded with traitlets'
+config loader, and every setting checked against the trait it sets where JupyterHub,
+NativeAuthenticator and SystemdSpawner are installed), the Zero to JupyterHub values (same sizes,
+threads and culling as the one-server config), the Dockerfile and ``.binder/`` (the CPU build of
+torch, pinned to the lock's version when the lock exists) and the nbgitpuller link helper.
+
+The slow test runs ``deploy/measure_hub.py --students 3 --steps 2``: a throwaway hub and proxy,
+three students logged in through the login form, their servers started through the hub, and each
+running notebook 00's setup cells and a 2-step version of notebook 02's live GRPO run over the
+kernel websocket, all at once. It skips, saying why, where jupyterhub or configurable-http-proxy
+is missing (``pip install jupyterhub``; ``npm install -g configurable-http-proxy``) or on Windows.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import psutil
+import pytest
+import yaml
+from traitlets import HasTraits
+from traitlets.config.loader import PyFileConfigLoader
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+LOCK = ROOT / "requirements-lock.txt"
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+LOOPBACK = "127.0.0.1"
+UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+# where each section of the shipped config lives, to check its settings against the real traits
+CONFIG_CLASSES = {
+    "JupyterHub": "jupyterhub.app", "ConfigurableHTTPProxy": "jupyterhub.proxy",
+    "Authenticator": "jupyterhub.auth", "Spawner": "jupyterhub.spawner",
+    "NativeAuthenticator": "nativeauthenticator", "SystemdSpawner": "systemdspawner",
+}
+
+sys.path.insert(0, str(DEPLOY))
+from local_hub import hub_config
+from nbgitpuller_link import nbgitpuller_link
+from notebook_pieces import grpo_pieces, tour_setup
+
+
+def shipped_config():
+    return PyFileConfigLoader("jupyterhub_config.py", path=str(DEPLOY)).load_config()
+
+
+def values():
+    return yaml.safe_load((DEPLOY / "z2jh" / "values.yaml").read_text())
+
+
+def to_bytes(size) -> int:
+    """'2G' (JupyterHub's and Kubernetes' decimal-letter sizes, read as powers of 1024) in bytes."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT])i?", str(size))
+    assert match, f"not a size: {size!r}"
+    return int(float(match.group(1)) * UNITS[match.group(2)])
+
+
+def lock_version(name: str) -> str | None:
+    """The lock's pinned version of ``name``; None while the lock does not exist yet."""
+    if not LOCK.exists():
+        return None
+    for line in LOCK.read_text().splitlines():
+        requirement = line.split("#", 1)[0].split(";", 1)[0].strip()
+        if requirement.lower().startswith(f"{name}=="):
+            return requirement.split("==", 1)[1].strip()
+    raise AssertionError(f"{LOCK.name} does not pin {name}")
+
+
+# -- the one-server config -------------------------------------------------------------------
+
+def test_shipped_config_authenticates_for_real_and_waits_for_approval():
+    c = shipped_config()
+    authenticator = c.JupyterHub.authenticator_class
+    assert authenticator == "nativeauthenticator.NativeAuthenticator"
+    assert not re.search(r"dummy|null|shared|tmp", authenticator, re.IGNORECASE)
+    assert c.NativeAuthenticator.open_signup is False  # nobody in until the teacher approves
+    assert c.NativeAuthenticator.minimum_password_length >= 8
+    assert c.Authenticator.admin_users, "someone must be able to approve sign-ups"
+
+
+def test_shipped_config_limits_each_student_with_a_spawner_that_enforces_them():
+    c = shipped_config()
+    assert c.JupyterHub.spawner_class == "systemdspawner.SystemdSpawner"
+    assert 0 < c.Spawner.cpu_limit <= 4
+    assert 2**30 <= to_bytes(c.Spawner.mem_limit) <= 16 * 2**30
+    threads = str(math.ceil(c.Spawner.cpu_limit))  # whole CPUs, rounded up
+    for name in ("LABKIT_THREADS", "OMP_NUM_THREADS"):
+        assert c.Spawner.environment[name] == threads, f"{name} must equal the CPU limit"
+    assert c.Spawner.cmd[0].endswith("/bin/jupyterhub-singleuser")  # the lab's environment
+
+
+def test_shipped_config_binds_only_the_loopback_interface():
+    c = shipped_config()
+    for url in (c.JupyterHub.bind_url, c.JupyterHub.hub_bind_url,
+                c.ConfigurableHTTPProxy.api_url):
+        assert urlsplit(url).hostname == LOOPBACK, url
+    assert c.Spawner.ip == LOOPBACK
+
+
+def test_shipped_config_culls_idle_servers_with_least_privilege():
+    c = shipped_config()
+    (service,) = c.JupyterHub.services
+    assert service["command"][1:3] == ["-m", "jupyterhub_idle_culler"]
+    assert culler_timeout(c) > 0
+    (role,) = c.JupyterHub.load_roles
+    assert role["services"] == [service["name"]]
+    assert not any(scope.startswith("admin") for scope in role["scopes"])
+    assert any("cull_idle_timeout" in arg for arg in c.Spawner.args)
+
+
+def culler_timeout(c) -> int:
+    (service,) = c.JupyterHub.services
+    (timeout,) = [arg.split("=", 1)[1] for arg in service["command"] if
+                  arg.startswith("--timeout=")]
+    return int(timeout)
+
+
+def test_shipped_config_names_only_real_settings():
+    """Each setting exists on its class and takes its value (a typo would be silently ignored)."""
+    c = shipped_config()
+    for section, settings in c.items():
+        try:
+            module = importlib.import_module(CONFIG_CLASSES[section])
+        except ImportError as error:
+            pytest.skip(f"{CONFIG_CLASSES[section]} not installed ({error}): pip install "
+                        "jupyterhub jupyterhub-nativeauthenticator jupyterhub-systemdspawner")
+        traits = getattr(module, section).class_traits(config=True)
+        for name, value in settings.items():
+            assert name in traits, f"{section}.{name} is not a setting of {section}"
+            probe = type("Probe", (HasTraits,), {name: copy.deepcopy(traits[name])})()
+            setattr(probe, name, value)  # raises TraitError on a value the trait refuses
+    from jupyterhub.scopes import scope_definitions
+
+    for role in c.JupyterHub.load_roles:
+        assert set(role["scopes"]) <= set(scope_definitions), role["scopes"]
+
+
+def test_measurement_hub_config_is_test_only_and_loopback_only(tmp_path):
+    config = hub_config(tmp_path, ["student1"], "a-password", {"LABKIT_THREADS": "1"},
+                        {"public": 9001, "hub": 9002, "proxy_api": 9003})
+    for url in (config["JupyterHub"]["bind_url"], config["JupyterHub"]["hub_bind_url"],
+                config["ConfigurableHTTPProxy"]["api_url"]):
+        assert urlsplit(url).hostname == LOOPBACK, url
+    assert config["Spawner"]["ip"] == LOOPBACK
+    assert config["Authenticator"]["allowed_users"] == ["student1"]
+    assert config["Spawner"]["environment"] == {"LABKIT_THREADS": "1"}
+    shipped = shipped_config().JupyterHub.authenticator_class
+    assert config["JupyterHub"]["authenticator_class"] != shipped
+
+
+# -- Zero to JupyterHub, the image, Binder ----------------------------------------------------
+
+def test_z2jh_values_match_the_one_server_sizes_threads_and_culling():
+    c, v = shipped_config(), values()
+    single = v["singleuser"]
+    assert single["cpu"]["limit"] == c.Spawner.cpu_limit
+    assert 0 < single["cpu"]["guarantee"] <= single["cpu"]["limit"]
+    assert to_bytes(single["memory"]["limit"]) == to_bytes(c.Spawner.mem_limit)
+    assert 0 < to_bytes(single["memory"]["guarantee"]) <= to_bytes(single["memory"]["limit"])
+    assert single["extraEnv"] == c.Spawner.environment
+    assert v["cull"]["enabled"] is True and v["cull"]["timeout"] == culler_timeout(c)
+    assert v["hub"]["config"]["JupyterHub"]["authenticator_class"] == \
+        c.JupyterHub.authenticator_class
+    assert v["hub"]["config"]["NativeAuthenticator"]["open_signup"] is False
+    assert single["image"]["name"] and single["image"]["tag"]
+    kernels = single["extraFiles"]["kernel-culling"]["data"]["MappingKernelManager"]
+    assert kernels["cull_idle_timeout"] > 0
+
+
+def test_dockerfile_installs_the_cpu_torch_first_then_the_locked_lab():
+    text = (DEPLOY / "Dockerfile").read_text()
+    torch = re.search(r'pip install "torch==\$\{TORCH_VERSION\}" --index-url (\S+)', text)
+    lab = re.search(r"pip install -c requirements-lock\.txt -e \.", text)
+    assert torch and torch.group(1) == CPU_INDEX
+    assert lab and torch.start() < lab.start()
+    pinned = re.search(r"^ARG TORCH_VERSION=(\S+)$", text, re.MULTILINE).group(1)
+    if lock_version("torch") is not None:
+        assert pinned == lock_version("torch").split("+")[0]
+
+
+def test_binder_installs_a_pinned_cpu_torch_and_the_lab_under_the_lock():
+    binder = ROOT / ".binder"
+    lines = [line.strip() for line in (binder / "requirements.txt").read_text().splitlines()
+             if line.strip() and not line.lstrip().startswith("#")]
+    assert any(re.fullmatch(rf"--(extra-)?index-url\s+{re.escape(CPU_INDEX)}", line)
+               for line in lines)
+    (torch,) = [line for line in lines if line.startswith("torch")]
+    pinned = re.fullmatch(r"torch==(\d+\.\d+\.\d+)\+cpu", torch)
+    assert pinned, f"torch must be pinned to a +cpu build, got {torch!r}"
+    constraints = [line.split(None, 1)[1] for line in lines if line.startswith("-c ")]
+    assert [(binder / path).resolve() for path in constraints] == [LOCK.resolve()]
+    assert "-e ." in lines or "." in lines
+    if lock_version("torch") is not None:
+        assert pinned.group(1) == lock_version("torch").split("+")[0]
+    assert re.fullmatch(r"python-3\.1\d", (binder / "runtime.txt").read_text().strip())
+
+
+# -- the nbgitpuller link ---------------------------------------------------------------------
+
+def test_nbgitpuller_link_encodes_every_value_and_names_the_clone_folder():
+    link = nbgitpuller_link("https://hub.example.org/", "https://github.com/example/grpo-lab.git",
+                            "main", "notebooks/02_grpo.ipynb")
+    parts = urlsplit(link)
+    assert f"{parts.scheme}://{parts.netloc}{parts.path}" == \
+        "https://hub.example.org/hub/user-redirect/git-pull"
+    assert "/" not in parts.query and ":" not in parts.query  # encoded whole
+    query = {key: value for key, (value,) in parse_qs(parts.query, strict_parsing=True).items()}
+    assert query == {"repo": "https://github.com/example/grpo-lab.git", "branch": "main",
+                     "targetpath": "grpo-lab",
+                     "urlpath": "lab/tree/grpo-lab/notebooks/02_grpo.ipynb"}
+
+
+def test_nbgitpuller_link_keeps_a_hub_prefix_and_the_classic_interface():
+    link = nbgitpuller_link("https://uni.example.org/jhub", "https://gitlab.example.org/a/lab",
+                            "week-2", "notebooks/00_tour.ipynb", interface="notebook")
+    assert link.startswith("https://uni.example.org/jhub/hub/user-redirect/git-pull?")
+    assert parse_qs(urlsplit(link).query)["urlpath"] == ["tree/lab/notebooks/00_tour.ipynb"]
+
+
+@pytest.mark.parametrize(("field", "kwargs"), [
+    ("hub", {"hub": "hub.example.org"}),
+    ("repo", {"repo": "ftp://example.org/lab"}),
+    ("branch", {"branch": "two words"}),
+    ("notebook", {"notebook": "../secrets.ipynb"}),
+    ("notebook", {"notebook": "/etc/passwd"}),
+    ("interface", {"interface": "vscode"}),
+])
+def test_nbgitpuller_link_refuses_bad_input_naming_the_field(field, kwargs):
+    args = {"hub": "https://hub.example.org", "repo": "https://github.com/example/grpo-lab",
+            "branch": "main", "notebook": "notebooks/00_tour.ipynb", **kwargs}
+    with pytest.raises(ValueError, match=rf"^{field}: .*{re.escape(repr(kwargs[field]))}"):
+        nbgitpuller_link(**args)
+
+
+def test_nbgitpuller_link_command_prints_the_link():
+    out = subprocess.run([sys.executable, str(DEPLOY / "nbgitpuller_link.py"),
+                          "--hub", "https://hub.example.org",
+                          "--repo", "https://github.com/example/grpo-lab"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    assert out.strip() == nbgitpuller_link("https://hub.example.org",
+                                           "https://github.com/example/grpo-lab", "main",
+                                           "notebooks/00_tour.ipynb")
+
+
+# -- the cells the measurement runs -----------------------------------------------------------
+
+def test_measured_cells_are_the_setup_the_live_run_and_its_assertion():
+    tour = tour_setup(ROOT / "notebooks" / "00_tour.ipynb")
+    assert "load_policy(" in tour[-1][1]
+    assert not any("load_policy(" in source for _, source in tour[:-1])
+    pieces = grpo_pieces(ROOT / "notebooks" / "02_grpo.ipynb", steps=2)
+    assert "set_num_threads" in pieces["setup"][1]
+    assert re.search(r"^result = train\(", pieces["run"][1], re.MULTILINE)
+    assert re.search(r"^STEPS = 2$", pieces["run"][1], re.MULTILINE)
+    assert pieces["run"][0] < pieces["check"][0]
+    assert "assert" in pieces["check"][1] and "result." in pieces["check"][1]
+    as_shipped = grpo_pieces(ROOT / "notebooks" / "02_grpo.ipynb")["run"][1]
+    assert as_shipped.replace(re.search(r"^STEPS = \d+$", as_shipped, re.MULTILINE).group(0),
+                              "STEPS = 2") == pieces["run"][1]
+
+
+def test_measured_cells_refuse_a_notebook_without_a_live_run(tmp_path):
+    import nbformat
+
+    path = tmp_path / "02_grpo.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import torch"), nbformat.v4.new_code_cell("x = 1")]
+    nbformat.write(nb, path)
+    with pytest.raises(ValueError, match="result = train"):
+        grpo_pieces(path)
+    with pytest.raises(ValueError, match="steps: expected a positive integer"):
+        grpo_pieces(ROOT / "notebooks" / "02_grpo.ipynb", steps=0)
+
+
+# -- a real hub, three students at once ---------------------------------------------------------
+
+def hub_missing() -> str | None:
+    if sys.platform == "win32":
+        return "JupyterHub does not run on Windows"
+    try:
+        import jupyterhub  # noqa: F401
+    except ImportError:
+        return "jupyterhub is not installed (pip install jupyterhub)"
+    if shutil.which("configurable-http-proxy") is None:
+        return "configurable-http-proxy is not on PATH (npm install -g configurable-http-proxy)"
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(hub_missing() is not None, reason=str(hub_missing()))
+def test_three_students_train_at_once_through_a_real_hub(tmp_path):
+    record_path = tmp_path / "hub.json"
+    run = subprocess.run(
+        [sys.executable, str(DEPLOY / "measure_hub.py"), "--students", "3", "--steps", "2",
+         "--cell-timeout", "900", "--json", str(record_path)],
+        capture_output=True, text=True, timeout=1800, cwd=tmp_path, check=False)
+    assert run.returncode == 0, f"{run.stdout[-3000:]}\n{run.stderr[-6000:]}"
+    report = json.loads(record_path.read_text())
+    assert report["wrong_password_refused"] is True
+    students = report["per_student"]
+    assert [s["student"] for s in students] == ["student1", "student2", "student3"]
+    for s in students:
+        assert s["completed"] is True, s
+        assert s["steps"] == 2 and s["eval_steps"] == [0, 2], s
+        assert 0 <= s["accuracy_before"] <= 1 and 0 <= s["accuracy_after"] <= 1
+        assert s["torch_threads"] == 1 and s["LABKIT_THREADS"] == "1", s
+        assert s["tour_torch_threads"] == 1, s  # set by the environment alone
+        assert s["OMP_NUM_THREADS"] == "1"
+        assert 0 < s["run_wall_s"] < 900 and s["run_cpu_s"] > 0.5
+        # one compute thread: the kernel cannot use much more CPU time than wall time
+        assert s["run_cpu_s"] <= 1.25 * s["run_wall_s"] + 2, s
+        assert 150 < s["peak_rss_02_mib"] < 4096, s  # torch + transformers + the tiny model
+        assert 150 < s["peak_rss_00_mib"] < 4096, s
+        assert 20 < s["peak_rss_server_mib"] < 1024, s
+        assert s["peak_rss_tree_mib"] >= max(s["peak_rss_02_mib"], s["peak_rss_00_mib"]), s
+    # everything was cleaned up: the temporary folder is gone and nothing runs from it
+    workdir = report["workdir"]
+    assert not Path(workdir).exists()
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        cwd, cmdline = proc.info["cwd"] or "", " ".join(proc.info["cmdline"] or [])
+        assert workdir not in cwd and workdir not in cmdline, proc
+    assert "| student1 |" in run.stdout

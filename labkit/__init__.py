@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 # An environment older than the declared floors fails here, with one line naming the package,
 # the version found and the version needed, not later with a traceback from inside a dependency.
-from labkit.compat import require_compatible as _require_compatible  # noqa: E402
+from labkit.compat import require_compatible as _require_compatible
 
 _require_compatible()
 

@@ -11,8 +11,9 @@ notebooks mention the ids.
 
 Ids are stable: the lab's core path (``CORE_IDS``) and the 29 tricks it teaches, in a fixed order
 (``TRICK_IDS``). Where popular lists of GRPO tricks credit a trick to the wrong source,
-the entry cites the paper that introduced it and says so in ``note``. Notebooks 07-09 (exploration,
-rewards and data, scaling up) are not planned yet, so their methods have no notebook.
+the entry cites the paper that introduced it and says so in ``note``. A loss type or advantage
+estimator registered without an entry here is listed from its registration
+(:func:`registered_methods`), so the catalog never misses a method the trainer can run.
 
 >>> from labkit.catalog import catalog_frame
 >>> catalog_frame().query("status == 'implemented'")[["id", "changes", "switch"]]  # doctest: +SKIP
@@ -22,8 +23,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["CATALOG", "CHANGES", "CORE_IDS", "EXTRA_IDS", "TRICK_IDS", "Method", "catalog_frame",
-           "get"]
+__all__ = ["CATALOG", "CHANGES", "CORE_IDS", "EXTRA_IDS", "TRICK_IDS", "Method", "all_methods",
+           "catalog_frame", "get", "registered_methods"]
 
 CHANGES = (
     "reward",
@@ -843,15 +844,42 @@ CATALOG: tuple[Method, ...] = (
     ),
 )
 
-_BY_ID = {m.id: m for m in CATALOG}
+
+
+def registered_methods() -> tuple[Method, ...]:
+    """Entries derived from the method registries for every registered loss type and advantage
+    estimator that no entry of :data:`CATALOG` switches on: a method added by registering it is
+    listed (with the paper it registered, status derived) before anyone writes its entry."""
+    from labkit.advantages import ESTIMATOR_REGISTRY
+    from labkit.losses import LOSS_REGISTRY
+
+    covered = {(switch, m.config.get(switch)) for m in CATALOG
+               for switch in ("loss_type", "advantage_estimator")}
+    derived = []
+    for switch, registry, changes in (("loss_type", LOSS_REGISTRY, "loss"),
+                                      ("advantage_estimator", ESTIMATOR_REGISTRY, "advantage")):
+        for name, entry in registry.items():
+            if (switch, name) in covered:
+                continue
+            title, arxiv = entry.paper or (entry.summary or name, None)
+            derived.append(Method(id=name.replace("_", "-"), title=title, arxiv=arxiv,
+                                  changes=changes, config={switch: name},
+                                  note=f"registered in {entry.module}; {entry.summary}"))
+    return tuple(derived)
+
+
+def all_methods() -> tuple[Method, ...]:
+    """:data:`CATALOG` and :func:`registered_methods`: every method the lab can run now."""
+    return CATALOG + registered_methods()
 
 
 def get(method_id: str) -> Method:
     """The catalog entry with this id (``KeyError`` listing the known ids otherwise)."""
+    by_id = {m.id: m for m in all_methods()}
     try:
-        return _BY_ID[method_id]
+        return by_id[method_id]
     except KeyError:
-        raise KeyError(f"unknown method id {method_id!r}; known: {sorted(_BY_ID)}") from None
+        raise KeyError(f"unknown method id {method_id!r}; known: {sorted(by_id)}") from None
 
 
 def catalog_frame():
@@ -863,10 +891,11 @@ def catalog_frame():
     import pandas as pd  # imported here so that importing labkit does not need pandas
 
     rows = []
-    for m in CATALOG:
+    for m in all_methods():
         row = asdict(m)
         row["kind"] = ("core" if m.id in CORE_IDS else "trick" if m.id in TRICK_IDS
                        else "extra")
+        row["status"] = m.status
         row["switch"] = m.switch
         rows.append(row)
     columns = ["id", "kind", "status", "changes", "title", "arxiv", "switch", "functions"]

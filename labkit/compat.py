@@ -1,4 +1,4 @@
-"""labkit's dependencies: the versions it needs, and the one place it speaks two transformers dialects.
+r"""labkit's dependencies: the versions it needs, and the one place it speaks two transformers dialects.
 
 Two jobs, both about the environment rather than about RL:
 

@@ -31,18 +31,35 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import warnings
 from dataclasses import asdict, dataclass, fields
 
-from labkit.advantages import MULTI_OBJECTIVE_AGGREGATIONS, SCALE_REWARDS
+from labkit import methods  # noqa: F401 (registers every method's rules before any config)
+from labkit.advantages import (
+    MULTI_OBJECTIVE_AGGREGATIONS,
+    SCALE_REWARDS,
+    estimators,
+    get_estimator,
+    group_estimators,
+)
 from labkit.exploration import TEMPERATURE_SCHEDULES
+from labkit.fields import (
+    boolean,
+    choice,
+    device,
+    integer,
+    integer_tuple,
+    number,
+    number_tuple,
+    path,
+    refuse,
+    text,
+)
 from labkit.filters import GFPO_METRICS
 from labkit.length_control import LENGTH_REWARDS
 from labkit.losses import (
     IMPORTANCE_SAMPLING_LEVELS,
     KL_ESTIMATORS,
-    clipped_loss_types,
     get_loss_type,
     loss_types,
 )
@@ -52,10 +69,6 @@ from labkit.models import DTYPES
 from labkit.prompt_sampling import PROMPT_SAMPLERS
 from labkit.rules import config_rules
 
-#: Estimators that compare the completions of one prompt (they need num_generations >= 2).
-GROUP_ESTIMATORS = ("grpo", "rloo", "opo")
-#: ``advantage_estimator`` values.
-ADVANTAGE_ESTIMATORS = (*GROUP_ESTIMATORS, "remax", "gae")
 #: ``diversity_adjustment`` values: the similarity DRA-GRPO measures.
 DIVERSITY_SIMILARITIES = ("ngram", "hidden")
 #: ``cov_penalty`` values (verl's loss-mode names).
@@ -435,171 +448,132 @@ class TrainConfig:
                      "kl_in_reward", "use_bias_correction_kl", "save_on_interrupt", "progress",
                      "rollback_nonfinite_weights", "sync_ref_model", "rlplus_demonstrations",
                      "use_peft", "vllm_importance_sampling_correction"):
-            _boolean(self, name)
+            boolean(self, name)
         self._check_lora_values()
         self._check_mismatch_values()
-        _text(self, "model_name_or_path")
-        _device(self)
+        text(self, "model_name_or_path")
+        device(self)
         for name in ("output_dir", "resume_from"):
-            _path(self, name)
-        _choice(self, "advantage_estimator", ADVANTAGE_ESTIMATORS)
-        _choice(self, "scale_rewards", SCALE_REWARDS)
-        _choice(self, "multi_objective_aggregation", MULTI_OBJECTIVE_AGGREGATIONS)
-        _choice(self, "loss_type", loss_types())
-        _choice(self, "importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS)
-        _choice(self, "kl_estimator", KL_ESTIMATORS)
-        _choice(self, "gfpo_metric", GFPO_METRICS)
-        _choice(self, "lr_scheduler_type", LR_SCHEDULERS)
-        _choice(self, "dtype", DTYPES)
+            path(self, name)
+        choice(self, "advantage_estimator", estimators())
+        choice(self, "scale_rewards", SCALE_REWARDS)
+        choice(self, "multi_objective_aggregation", MULTI_OBJECTIVE_AGGREGATIONS)
+        choice(self, "loss_type", loss_types())
+        choice(self, "importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS)
+        choice(self, "kl_estimator", KL_ESTIMATORS)
+        choice(self, "gfpo_metric", GFPO_METRICS)
+        choice(self, "lr_scheduler_type", LR_SCHEDULERS)
+        choice(self, "dtype", DTYPES)
         if self.dtype in ("float16", "fp16"):
             raise ValueError("dtype='float16' cannot train here: without loss scaling the "
                              "updates overflow and the weights turn NaN after one step (measured "
                              "on the tiny Qwen: 796k of 800k weights). Use 'bfloat16' on a GPU "
                              "that has it, else 'float32'")
-        _choice(self, "temperature_schedule", TEMPERATURE_SCHEDULES)
-        _choice(self, "prompt_sampler", PROMPT_SAMPLERS)
-        _number(self, "curriculum_ratio", 0, 1, low_open=True)
-        _number(self, "prioritized_floor", 0, math.inf, low_open=True)
-        _number(self, "multitask_lambda", 0, math.inf)
-        _number(self, "multitask_lr", 0, math.inf, low_open=True)
+        choice(self, "temperature_schedule", TEMPERATURE_SCHEDULES)
+        choice(self, "prompt_sampler", PROMPT_SAMPLERS)
+        number(self, "curriculum_ratio", 0, 1, low_open=True)
+        number(self, "prioritized_floor", 0, math.inf, low_open=True)
+        number(self, "multitask_lambda", 0, math.inf)
+        number(self, "multitask_lr", 0, math.inf, low_open=True)
         if self.length_reward is not None:
-            _choice(self, "length_reward", LENGTH_REWARDS)
+            choice(self, "length_reward", LENGTH_REWARDS)
         if self.diversity_adjustment is not None:
-            _choice(self, "diversity_adjustment", DIVERSITY_SIMILARITIES)
+            choice(self, "diversity_adjustment", DIVERSITY_SIMILARITIES)
         if self.cov_penalty is not None:
-            _choice(self, "cov_penalty", COV_PENALTIES)
+            choice(self, "cov_penalty", COV_PENALTIES)
         for name in ("prompts_per_step", "num_generations", "max_completion_length",
                      "num_iterations", "num_mini_batches", "max_steps", "eval_k",
                      "max_nonfinite_steps"):
-            _integer(self, name, low=1)
+            integer(self, name, low=1)
         for name in ("top_k", "overlong_buffer_len", "max_resample_rounds", "eval_every",
                      "save_every", "seed", "ref_reset_every", "ref_reset_patience"):
-            _integer(self, name, low=0)
+            integer(self, name, low=0)
         for name in ("micro_batch_size", "eval_max_prompts", "length_target",
                      "length_target_easy"):
             if getattr(self, name) is not None:
-                _integer(self, name, low=1)
-        _number(self, "temperature", 0, math.inf, low_open=True)
+                integer(self, name, low=1)
+        number(self, "temperature", 0, math.inf, low_open=True)
         for name in ("temperature_final", "eval_temperature"):
             if getattr(self, name) is not None:
-                _number(self, name, 0, math.inf, low_open=True)
-        _number(self, "top_entropy_quantile", 0, 1, low_open=True)
-        _number(self, "entropy_threshold", 0, math.inf)
-        _number(self, "clip_cov_ratio", 0, 1, low_open=True)
-        _number(self, "kl_cov_ratio", 0, 1, low_open=True)
-        _number(self, "clip_cov_lb", -math.inf, math.inf)
-        _number(self, "clip_cov_ub", -math.inf, math.inf)
-        _number(self, "kl_cov_coef", 0, math.inf)
-        _number(self, "exploration_gamma", 0, math.inf)
-        _number(self, "ref_model_mixup_alpha", 0, 1)
-        _integer(self, "ref_model_sync_steps", low=1)
-        _number(self, "top_p", 0, 1, low_open=True)
-        _number(self, "epsilon", 0, 1, high_open=True)
-        _number(self, "beta", 0, math.inf)
-        _number(self, "entropy_coef", 0, math.inf)
-        _number(self, "ptx_coef", 0, math.inf)
-        _integer(self, "ptx_batch_size", low=1)
-        _number(self, "overlong_penalty_factor", 0, math.inf)
-        _number(self, "gamma", 0, 1)
-        _number(self, "lam", 0, 1)
-        _number(self, "vf_coef", 0, math.inf, low_open=True)
-        _number(self, "learning_rate", 0, math.inf, low_open=True)
-        _number(self, "warmup_ratio", 0, 1, high_open=True)
-        _number(self, "weight_decay", 0, math.inf)
-        _number(self, "adam_beta1", 0, 1, high_open=True)
-        _number(self, "adam_beta2", 0, 1, high_open=True)
-        _number(self, "max_grad_norm", 0, math.inf)
-        _number(self, "length_reward_weight", 0, math.inf)
+                number(self, name, 0, math.inf, low_open=True)
+        number(self, "top_entropy_quantile", 0, 1, low_open=True)
+        number(self, "entropy_threshold", 0, math.inf)
+        number(self, "clip_cov_ratio", 0, 1, low_open=True)
+        number(self, "kl_cov_ratio", 0, 1, low_open=True)
+        number(self, "clip_cov_lb", -math.inf, math.inf)
+        number(self, "clip_cov_ub", -math.inf, math.inf)
+        number(self, "kl_cov_coef", 0, math.inf)
+        number(self, "exploration_gamma", 0, math.inf)
+        number(self, "ref_model_mixup_alpha", 0, 1)
+        integer(self, "ref_model_sync_steps", low=1)
+        number(self, "top_p", 0, 1, low_open=True)
+        number(self, "epsilon", 0, 1, high_open=True)
+        number(self, "beta", 0, math.inf)
+        number(self, "entropy_coef", 0, math.inf)
+        number(self, "ptx_coef", 0, math.inf)
+        integer(self, "ptx_batch_size", low=1)
+        number(self, "overlong_penalty_factor", 0, math.inf)
+        number(self, "gamma", 0, 1)
+        number(self, "lam", 0, 1)
+        number(self, "vf_coef", 0, math.inf, low_open=True)
+        number(self, "learning_rate", 0, math.inf, low_open=True)
+        number(self, "warmup_ratio", 0, 1, high_open=True)
+        number(self, "weight_decay", 0, math.inf)
+        number(self, "adam_beta1", 0, 1, high_open=True)
+        number(self, "adam_beta2", 0, 1, high_open=True)
+        number(self, "max_grad_norm", 0, math.inf)
+        number(self, "length_reward_weight", 0, math.inf)
         for name in ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_lambda_pos",
                      "vespo_lambda_neg"):
-            _number(self, name, 0, math.inf, low_open=True)
+            number(self, name, 0, math.inf, low_open=True)
         for name in ("vespo_k_pos", "vespo_k_neg"):
-            _number(self, name, 0, math.inf)
+            number(self, name, 0, math.inf)
         if self.epsilon_high is not None:
             # inf switches the upper clip off (RL-PLUS-style unclipped positive updates)
-            _number(self, "epsilon_high", 0, math.inf, allow_inf=True)
+            number(self, "epsilon_high", 0, math.inf, allow_inf=True)
         if self.clip_range_value is not None:
-            _number(self, "clip_range_value", 0, math.inf, low_open=True)
+            number(self, "clip_range_value", 0, math.inf, low_open=True)
         if self.value_learning_rate is not None:
-            _number(self, "value_learning_rate", 0, math.inf, low_open=True)
+            number(self, "value_learning_rate", 0, math.inf, low_open=True)
         if self.delta is not None:
-            _number(self, "delta", 1, math.inf, low_open=True)
+            number(self, "delta", 1, math.inf, low_open=True)
         if self.dual_clip is not None:
-            _number(self, "dual_clip", 1, math.inf, low_open=True)
+            number(self, "dual_clip", 1, math.inf, low_open=True)
         if self.num_remains_in_group is not None:
-            _integer(self, "num_remains_in_group", low=2, high=self.num_generations)
+            integer(self, "num_remains_in_group", low=2, high=self.num_generations)
         if self.gfpo_adaptive_k is not None:
-            _integer_tuple(self, "gfpo_adaptive_k", 4, low=2, high=self.num_generations)
+            integer_tuple(self, "gfpo_adaptive_k", 4, low=2, high=self.num_generations)
         if self.reward_weights is not None:
-            _number_tuple(self, "reward_weights")
+            number_tuple(self, "reward_weights")
         if self.overlong_buffer_len >= self.max_completion_length:
             raise ValueError(
                 f"overlong_buffer_len must be in [0, max_completion_length) = "
                 f"[0, {self.max_completion_length}), got {self.overlong_buffer_len}")
 
     def _check_combinations(self):
-        estimator = self.advantage_estimator
         gfpo = self.num_remains_in_group is not None or self.gfpo_adaptive_k is not None
-        if estimator in GROUP_ESTIMATORS and self.num_generations < 2:
-            _refuse(f"advantage_estimator={estimator!r} compares the completions of a group, "
-                    f"which needs at least two: use num_generations >= 2 or "
-                    f"advantage_estimator='gae'")
-        if self.dynamic_sampling and (estimator == "gae" or self.num_generations < 2):
-            _refuse("dynamic_sampling drops groups whose completions all got the same reward, "
-                    "which needs groups: use num_generations >= 2 with a group estimator "
-                    "(grpo, rloo, remax, opo), or dynamic_sampling=False")
-        if gfpo and estimator != "grpo":
-            _refuse("num_remains_in_group / gfpo_adaptive_k (GFPO) normalise advantages inside "
-                    "the kept subset with GRPO's formula: use advantage_estimator='grpo', or "
-                    "turn GFPO off")
-        if self.num_remains_in_group is not None and self.gfpo_adaptive_k is not None:
-            _refuse("gfpo_adaptive_k gives each prompt its own k and replaces "
-                    "num_remains_in_group: set one of them, not both")
-        if self.multi_objective_aggregation == "normalize_then_sum" and (
-                estimator != "grpo" or gfpo):
-            _refuse("multi_objective_aggregation='normalize_then_sum' (GDPO) is a GRPO "
-                    "advantage: use advantage_estimator='grpo' without GFPO, or "
-                    "'sum_then_normalize'")
-        if self.multi_objective_aggregation == "normalize_then_sum" and (
-                self.overlong_buffer_len or self.length_reward is not None):
-            _refuse("multi_objective_aggregation='normalize_then_sum' (GDPO) normalises each "
-                    "reward function's column; the overlong penalty and length_reward shape the "
-                    "total instead: use 'sum_then_normalize' with them")
-        if estimator == "gae" and self.importance_sampling_level != "token":
-            _refuse(f"importance_sampling_level={self.importance_sampling_level!r} (GSPO) needs "
-                    f"one advantage per completion, but GAE gives one per token: use "
-                    f"importance_sampling_level='token' with advantage_estimator='gae'")
+        self._check_estimator()
         self._check_loss_type()
-        if self.kl_in_reward and self.beta == 0:
-            _refuse("kl_in_reward=True subtracts beta * KL from the reward, and beta is 0: set "
-                    "beta > 0 (e.g. 0.05) to get a reference model and a penalty, or "
-                    "kl_in_reward=False")
-        if self.use_bias_correction_kl and (self.beta == 0 or self.kl_in_reward):
-            _refuse("use_bias_correction_kl multiplies the KL-in-loss by the ratio: it needs "
-                    "beta > 0 and kl_in_reward=False")
         if self.lr_scheduler_type == "constant" and self.warmup_ratio > 0:
-            _refuse("lr_scheduler_type='constant' ignores warm-up (as in transformers): use "
+            refuse("lr_scheduler_type='constant' ignores warm-up (as in transformers): use "
                     "lr_scheduler_type='constant_with_warmup' or warmup_ratio=0")
         for name in ("learning_rate", "value_learning_rate"):
             rate = getattr(self, name)
             if rate is not None and rate * self.weight_decay >= 1:
-                _refuse(f"{name} x weight_decay = {rate * self.weight_decay:g} >= 1: AdamW "
+                refuse(f"{name} x weight_decay = {rate * self.weight_decay:g} >= 1: AdamW "
                         f"would shrink every weight by 100% or more per step; lower "
                         f"weight_decay (0 to 0.1 is usual)")
         if self.num_mini_batches > self.train_batch_size:
-            _refuse(f"num_mini_batches ({self.num_mini_batches}) exceeds the completions that "
+            refuse(f"num_mini_batches ({self.num_mini_batches}) exceeds the completions that "
                     f"train per step ({self.train_batch_size} = prompts_per_step x "
                     f"{'the GFPO k' if gfpo else 'num_generations'}): lower num_mini_batches "
                     f"or raise prompts_per_step")
         if self.micro_batch_size is not None and self.micro_batch_size > self.mini_batch_size:
-            _refuse(f"micro_batch_size ({self.micro_batch_size}) exceeds the mini-batch "
+            refuse(f"micro_batch_size ({self.micro_batch_size}) exceeds the mini-batch "
                     f"({self.mini_batch_size} completions): lower micro_batch_size or use None")
         if self.save_every and self.output_dir is None:
-            _refuse("save_every > 0 writes checkpoints, and output_dir is None: set output_dir "
+            refuse("save_every > 0 writes checkpoints, and output_dir is None: set output_dir "
                     "or save_every=0")
-        self._check_length_reward()
-        self._check_exploration()
-        self._check_lora_combinations()
         for rule in config_rules():  # the rules each method module registered (labkit.rules)
             rule(self)
         if (self.importance_sampling_level == "sequence"
@@ -611,6 +585,17 @@ class TrainConfig:
         if self.clip_higher_inert:
             warnings.warn(inert_clip_higher_message(self), stacklevel=4)
 
+    def _check_estimator(self):
+        """The chosen estimator's own rules (its file registers them)."""
+        estimator = get_estimator(self.advantage_estimator)
+        if estimator.groups and self.num_generations < 2:
+            others = " or ".join(f"advantage_estimator={name!r}" for name in estimators()
+                                 if name not in group_estimators())
+            refuse(f"advantage_estimator={self.advantage_estimator!r} compares the completions "
+                   f"of a group, which needs at least two: use num_generations >= 2 or {others}")
+        if estimator.config_check is not None:
+            estimator.config_check(self)
+
     def _check_loss_type(self):
         """The chosen loss type's own rules (its file registers them), and no switch of another
         loss type left on: an option that is off by default (None) and set for a loss that does
@@ -618,32 +603,15 @@ class TrainConfig:
         loss = get_loss_type(self.loss_type)
         for name, default in all_options().items():
             if default is None and name not in loss.options and getattr(self, name) is not None:
-                _refuse(f"{name} acts on loss types {option_owners(name)}, and loss_type="
+                refuse(f"{name} acts on loss types {option_owners(name)}, and loss_type="
                         f"{self.loss_type!r} does not read it: use one of them or {name}=None")
         if loss.config_check is not None:
             loss.config_check(self)
 
-    def _check_exploration(self):
-        if self.temperature_schedule != "constant" and self.temperature_final is None:
-            _refuse(f"temperature_schedule={self.temperature_schedule!r} decays to "
-                    f"temperature_final: set it (e.g. 0.7)")
-        if ((self.ref_reset_every or self.ref_reset_patience or self.sync_ref_model)
-                and self.beta == 0):
-            _refuse("ref_reset_every, ref_reset_patience and sync_ref_model move the reference "
-                    "model, and beta = 0 has none: set beta > 0 (ProRL keeps the KL term)")
-        if self.ref_reset_patience and not self.eval_every:
-            _refuse("ref_reset_patience watches eval_accuracy: set eval_every > 0")
-        if self.clip_cov_lb >= self.clip_cov_ub:
-            _refuse(f"clip_cov_lb ({self.clip_cov_lb}) must be below clip_cov_ub "
-                    f"({self.clip_cov_ub})")
-        if self.cov_penalty is not None and not get_loss_type(self.loss_type).clipped:
-            _refuse(f"cov_penalty acts on PPO's clipped surrogate; loss_type="
-                    f"{self.loss_type!r} is not one: use one of {clipped_loss_types()}")
-
     def _check_lora_values(self):
-        _integer(self, "lora_r", low=1)
-        _number(self, "lora_alpha", 0, math.inf, low_open=True)
-        _number(self, "lora_dropout", 0, 1, high_open=True)
+        integer(self, "lora_r", low=1)
+        number(self, "lora_alpha", 0, math.inf, low_open=True)
+        number(self, "lora_dropout", 0, 1, high_open=True)
         targets = self.lora_target_modules
         if targets is None or targets == "all-linear":
             return
@@ -658,46 +626,17 @@ class TrainConfig:
 
     def _check_mismatch_values(self):
         if self.sampling_dtype is not None:
-            _choice(self, "sampling_dtype", SAMPLING_DTYPES)
-        _choice(self, "vllm_importance_sampling_mode", IMPORTANCE_SAMPLING_MODES)
+            choice(self, "sampling_dtype", SAMPLING_DTYPES)
+        choice(self, "vllm_importance_sampling_mode", IMPORTANCE_SAMPLING_MODES)
         for name in ("vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min"):
             if getattr(self, name) is not None:
-                _number(self, name, 0, math.inf)
+                number(self, name, 0, math.inf)
         high, low = (self.vllm_importance_sampling_clip_max,
                      self.vllm_importance_sampling_clip_min)
         if high is not None and low is not None and low > high:
-            _refuse(f"vllm_importance_sampling_clip_min ({low}) exceeds "
+            refuse(f"vllm_importance_sampling_clip_min ({low}) exceeds "
                     f"vllm_importance_sampling_clip_max ({high})")
 
-    def _check_lora_combinations(self):
-        if not self.use_peft:
-            return
-        if self.ref_reset_every or self.ref_reset_patience:
-            _refuse("use_peft with ref_reset_every / ref_reset_patience: with LoRA the reference "
-                    "is the frozen base model (adapters disabled), which ProRL's reset cannot "
-                    "move; set them to 0 or use_peft=False")
-        if self.sync_ref_model:
-            _refuse("use_peft with sync_ref_model: with LoRA the reference is the frozen base "
-                    "model (adapters disabled), which TR-DPO's sync cannot move; set "
-                    "sync_ref_model=False or use_peft=False")
-        if self.advantage_estimator == "gae":
-            _refuse("use_peft with advantage_estimator='gae': PPO's critic is a second full copy "
-                    "of the policy's trunk, the memory LoRA exists to save; use a group "
-                    "estimator (grpo, rloo, remax, opo) or use_peft=False")
-
-    def _check_length_reward(self):
-        kind = self.length_reward
-        if kind is None:
-            return
-        if kind != "kimi" and self.length_target is None:
-            _refuse(f"length_reward={kind!r} needs length_target (tokens)")
-        if kind == "difficulty_truncation" and (self.length_target_easy is None or
-                                                self.length_target_easy > self.length_target):
-            _refuse("length_reward='difficulty_truncation' (DA-DLER) needs length_target_easy "
-                    "<= length_target: the easy prompts get the shorter cut")
-        if kind in ("kimi", "difficulty_truncation") and self.num_generations < 2:
-            _refuse(f"length_reward={kind!r} compares the completions of a group: use "
-                    f"num_generations >= 2")
 
 
 def _field_docs() -> dict[str, str]:
@@ -718,102 +657,6 @@ def _field_docs() -> dict[str, str]:
 #: ``{field name: its documentation}`` for every field of :class:`TrainConfig`.
 FIELD_DOCS = _field_docs()
 _FIELD_NAMES = frozenset(f.name for f in fields(TrainConfig))
-
-
-# ---- validation helpers --------------------------------------------------------------------------
-def _refuse(message: str):
-    raise ValueError(message)
-
-
-def _is_real(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _boolean(cfg, name):
-    value = getattr(cfg, name)
-    if not isinstance(value, bool):  # every config error is a ValueError: one type to catch
-        raise ValueError(f"{name} must be True or False, got {value!r} "  # noqa: TRY004
-                         f"({type(value).__name__}); a string like 'False' would count as true")
-
-
-def _text(cfg, name):
-    value = getattr(cfg, name)
-    if isinstance(value, os.PathLike):
-        object.__setattr__(cfg, name, os.fspath(value))
-        value = getattr(cfg, name)
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{name} must be a non-empty string, got {value!r}")
-
-
-def _path(cfg, name):
-    if getattr(cfg, name) is not None:
-        _text(cfg, name)
-
-
-def _device(cfg):
-    _text(cfg, "device")
-    if cfg.device != "auto":
-        import torch
-
-        try:
-            torch.device(cfg.device)
-        except (RuntimeError, ValueError) as error:
-            raise ValueError(f"device must be 'auto' or a torch device such as 'cpu', 'cuda', "
-                             f"'cuda:1', 'mps', got {cfg.device!r}") from error
-
-
-def _choice(cfg, name, allowed):
-    value = getattr(cfg, name)
-    if not isinstance(value, str) or value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
-
-
-def _integer(cfg, name, low, high=None):
-    value = getattr(cfg, name)
-    bound = f"[{low}, {high}]" if high is not None else f">= {low}"
-    is_int = isinstance(value, int) and not isinstance(value, bool)
-    if not is_int or value < low or (high is not None and value > high):
-        raise ValueError(f"{name} must be an integer {bound}, got {value!r}")
-
-
-def _number(cfg, name, low, high, low_open=False, high_open=False, allow_inf=False):
-    """A real number in the interval; infinity only where ``allow_inf`` (then the interval is
-    printed closed at inf)."""
-    value = getattr(cfg, name)
-    top = "inf" if high == math.inf else f"{high}"
-    closing = "]" if (high == math.inf and allow_inf) or (high != math.inf and not high_open) \
-        else ")"
-    interval = ("(" if low_open else "[") + f"{low}, {top}" + closing
-    if not _is_real(value) or math.isnan(value) or (math.isinf(value) and not allow_inf):
-        raise ValueError(f"{name} must be a finite number in {interval}, got {value!r}"
-                         if not allow_inf else f"{name} must be a number in {interval}, got "
-                         f"{value!r}")
-    too_low = value <= low if low_open else value < low
-    too_high = value >= high if (high_open and high != math.inf) else value > high
-    if too_low or too_high:
-        raise ValueError(f"{name} must be in {interval}, got {value}")
-
-
-def _number_tuple(cfg, name):
-    value = getattr(cfg, name)
-    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
-        raise ValueError(f"{name} must be a list of numbers (one per reward function), got "
-                         f"{value!r}")
-    value = tuple(value)
-    if not all(_is_real(w) and math.isfinite(w) for w in value):
-        raise ValueError(f"{name} must hold finite numbers, got {value}")
-    object.__setattr__(cfg, name, value)
-
-
-def _integer_tuple(cfg, name, length, low, high):
-    value = getattr(cfg, name)
-    ok = (not isinstance(value, (str, bytes, dict)) and hasattr(value, "__iter__")
-          and len(tuple(value)) == length)
-    value = tuple(value) if ok else value
-    if not ok or not all(isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
-                         for v in value):
-        raise ValueError(f"{name} must be {length} integers in [{low}, {high}], got {value!r}")
-    object.__setattr__(cfg, name, value)
 
 
 # ---- presets -------------------------------------------------------------------------------------

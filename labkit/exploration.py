@@ -43,6 +43,8 @@ import math
 
 import torch
 
+from labkit.rules import config_rule
+
 __all__ = [
     "TEMPERATURE_SCHEDULES",
     "clip_cov_mask",
@@ -251,3 +253,26 @@ def token_filters(config, logp: torch.Tensor, old_logp: torch.Tensor | None,
     keep = (~silenced).float()
     weights = keep if weights is None else weights * keep
     return weights, None, weights == 0
+
+
+@config_rule
+def _check_exploration(config) -> None:
+    """Temperature schedules, reference moves and Clip-Cov/KL-Cov."""
+    from labkit.losses import clipped_loss_types, get_loss_type
+
+    if config.temperature_schedule != "constant" and config.temperature_final is None:
+        raise ValueError(f"temperature_schedule={config.temperature_schedule!r} decays to "
+                         f"temperature_final: set it (e.g. 0.7)")
+    if ((config.ref_reset_every or config.ref_reset_patience or config.sync_ref_model)
+            and config.beta == 0):
+        raise ValueError("ref_reset_every, ref_reset_patience and sync_ref_model move the "
+                         "reference model, and beta = 0 has none: set beta > 0 (ProRL keeps the "
+                         "KL term)")
+    if config.ref_reset_patience and not config.eval_every:
+        raise ValueError("ref_reset_patience watches eval_accuracy: set eval_every > 0")
+    if config.clip_cov_lb >= config.clip_cov_ub:
+        raise ValueError(f"clip_cov_lb ({config.clip_cov_lb}) must be below clip_cov_ub "
+                         f"({config.clip_cov_ub})")
+    if config.cov_penalty is not None and not get_loss_type(config.loss_type).clipped:
+        raise ValueError(f"cov_penalty acts on PPO's clipped surrogate; loss_type="
+                         f"{config.loss_type!r} is not one: use one of {clipped_loss_types()}")

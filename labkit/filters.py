@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from labkit.advantages import _grouped, _grouped_lengths, group_advantages
+from labkit.advantages import group_advantages, group_lengths, group_rows
+from labkit.rules import config_rule
 
 __all__ = [
     "adaptive_num_remains",
@@ -53,7 +54,7 @@ def dynamic_sampling_mask(rewards: torch.Tensor, num_generations: int) -> torch.
     kept (verl's rule; otherwise a G = 1 run would drop everything); missing (NaN) rewards are
     ignored, and a group with fewer than two present rewards is dropped. Infinite rewards raise.
     """
-    grouped = _grouped(rewards, num_generations, allow_nan=True)
+    grouped = group_rows(rewards, num_generations, allow_nan=True)
     if grouped.shape[1] == 1:
         return torch.ones(grouped.shape[0], dtype=torch.bool, device=grouped.device)
     valid = ~torch.isnan(grouped)
@@ -92,8 +93,8 @@ def gfpo_filter(
     """
     if metric not in GFPO_METRICS:
         raise ValueError(f"metric must be one of {GFPO_METRICS}, got {metric!r}")
-    grouped = _grouped(rewards, num_generations)
-    lens = _grouped_lengths(lengths, num_generations, grouped)
+    grouped = group_rows(rewards, num_generations)
+    lens = group_lengths(lengths, num_generations, grouped)
     num_prompts, g = grouped.shape
     k = torch.as_tensor(num_remains_in_group, device=grouped.device)
     if k.is_floating_point() or k.dim() > 1 or (k.dim() == 1 and k.shape[0] != num_prompts):
@@ -221,3 +222,23 @@ def adaptive_num_remains(
     # Number of quartiles the mean reaches: 0 = below q25 (very hard) ... 3 = at/above q75 (easy).
     bucket = (mean_rewards[:, None] >= quartiles.to(mean_rewards.dtype)[None, :]).sum(-1)
     return ks[bucket]
+
+
+@config_rule
+def _check_group_filters(config) -> None:
+    """Dynamic sampling and GFPO need groups; GFPO needs GRPO's formula and one k."""
+    from labkit.advantages import get_estimator
+
+    gfpo = config.num_remains_in_group is not None or config.gfpo_adaptive_k is not None
+    per_token = get_estimator(config.advantage_estimator).per_token
+    if config.dynamic_sampling and (per_token or config.num_generations < 2):
+        raise ValueError("dynamic_sampling drops groups whose completions all got the same "
+                         "reward, which needs groups: use num_generations >= 2 with a group "
+                         "estimator (grpo, rloo, remax, opo), or dynamic_sampling=False")
+    if gfpo and config.advantage_estimator != "grpo":
+        raise ValueError("num_remains_in_group / gfpo_adaptive_k (GFPO) normalise advantages "
+                         "inside the kept subset with GRPO's formula: use "
+                         "advantage_estimator='grpo', or turn GFPO off")
+    if config.num_remains_in_group is not None and config.gfpo_adaptive_k is not None:
+        raise ValueError("gfpo_adaptive_k gives each prompt its own k and replaces "
+                         "num_remains_in_group: set one of them, not both")

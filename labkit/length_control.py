@@ -41,7 +41,8 @@ from __future__ import annotations
 
 import torch
 
-from labkit.advantages import _as_float, _grouped, _grouped_lengths
+from labkit.advantages import as_float, group_lengths, group_rows
+from labkit.rules import config_rule
 
 __all__ = [
     "LENGTH_REWARDS",
@@ -130,8 +131,8 @@ def kimi_length_reward(
     answers never gain from being short. Check: lengths (100, 200, 300), correct (1, 1, 0) give
     (0.5, 0, -0.5).
     """
-    grouped_correct = _grouped(_as_float(_flat(correct, "correct")), num_generations, "correct")
-    lens = _grouped_lengths(lengths, num_generations, grouped_correct).to(grouped_correct.dtype)
+    grouped_correct = group_rows(as_float(_flat(correct, "correct")), num_generations, "correct")
+    lens = group_lengths(lengths, num_generations, grouped_correct).to(grouped_correct.dtype)
     lo = lens.amin(-1, keepdim=True)
     spread = lens.amax(-1, keepdim=True) - lo
     lam = torch.where(spread > 0, 0.5 - (lens - lo) / spread.clamp(min=1e-12), 0.0)
@@ -170,7 +171,7 @@ def budget_control_reward(
     reward however long it is. Check: a correct response longer than B gets r_pen; any response
     of length <= B (not truncated) keeps its task reward.
     """
-    r = _as_float(_flat(rewards, "rewards"))
+    r = as_float(_flat(rewards, "rewards"))
     lens = _lengths_like(lengths, r)
     over = lens > _cap(budget, r, "budget")
     cut = _bool_like(truncated, r, "truncated")
@@ -226,7 +227,7 @@ def laser_reward(
         raise ValueError(f"variant must be one of {_LASER_VARIANTS}, got {variant!r}")
     if not alpha >= 0:
         raise ValueError(f"alpha must be >= 0, got {alpha}")
-    r = _as_float(_flat(rewards, "rewards"))
+    r = as_float(_flat(rewards, "rewards"))
     lens = _lengths_like(lengths, r)
     ok = r == 1 if correct is None else _bool_like(correct, r, "correct")
     within = lens <= _cap(target_length, r, "target_length")
@@ -337,7 +338,7 @@ def truncation_reward(rewards: torch.Tensor, lengths: torch.Tensor, truncation_l
     with one batch std (:func:`labkit.advantages.batch_normalize`), clip-higher 0.28 and dynamic
     sampling (an all-truncated group has all rewards 0 and is dropped).
     """
-    r = _as_float(_flat(rewards, "rewards"))
+    r = as_float(_flat(rewards, "rewards"))
     lens = _lengths_like(lengths, r)
     return torch.where(lens <= _cap(truncation_length, r, "truncation_length"), r, 0.0)
 
@@ -367,7 +368,7 @@ def difficulty_truncation_lengths(
 
     The paper trains 150 extra steps with it from a DLER checkpoint.
     """
-    c = _as_float(_flat(correct_ratio, "correct_ratio"))
+    c = as_float(_flat(correct_ratio, "correct_ratio"))
     if ((c < 0) | (c > 1) | torch.isnan(c)).any():
         raise ValueError("correct_ratio must lie in [0, 1]")
     if not 0 <= threshold <= 1:
@@ -410,7 +411,7 @@ def length_shaped_rewards(
     returns              (N,)   shaped rewards
     ===================  =====  ================================================================
     """
-    correct = torch.nan_to_num(_as_float(_flat(correct, "correct")), nan=0.0)
+    correct = torch.nan_to_num(as_float(_flat(correct, "correct")), nan=0.0)
     if kind == "kimi":
         return rewards + weight * kimi_length_reward(lengths, correct, num_generations)
     if kind in _LASER_VARIANTS:
@@ -420,7 +421,25 @@ def length_shaped_rewards(
     if kind == "truncation":
         return truncation_reward(rewards, lengths, target)
     if kind == "difficulty_truncation":
-        solve_rate = _grouped(correct, num_generations, "correct").mean(-1)
+        solve_rate = group_rows(correct, num_generations, "correct").mean(-1)
         caps = difficulty_truncation_lengths(solve_rate, 0.5, target_easy, target)
         return truncation_reward(rewards, lengths, caps.repeat_interleave(num_generations))
     raise ValueError(f"length_reward must be one of {LENGTH_REWARDS}, got {kind!r}")
+
+
+@config_rule
+def _check_length_reward(config) -> None:
+    """Each length reward's own needs."""
+    kind = config.length_reward
+    if kind is None:
+        return
+    if kind != "kimi" and config.length_target is None:
+        raise ValueError(f"length_reward={kind!r} needs length_target (tokens)")
+    if kind == "difficulty_truncation" and (config.length_target_easy is None or
+                                            config.length_target_easy > config.length_target):
+        raise ValueError("length_reward='difficulty_truncation' (DA-DLER) needs "
+                         "length_target_easy <= length_target: the easy prompts get the shorter "
+                         "cut")
+    if kind in ("kimi", "difficulty_truncation") and config.num_generations < 2:
+        raise ValueError(f"length_reward={kind!r} compares the completions of a group: use "
+                         f"num_generations >= 2")

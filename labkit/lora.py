@@ -41,6 +41,8 @@ from pathlib import Path
 
 import torch
 
+from labkit.rules import config_rule
+
 #: ``lora_target_modules`` value that adapts every linear layer except the output head (peft's).
 ALL_LINEAR = "all-linear"
 
@@ -125,3 +127,25 @@ def merge_and_save(model, tokenizer, out_dir: str | os.PathLike) -> Path:
 
 __all__ = ["ALL_LINEAR", "adapters_disabled", "is_lora_model", "lora_config", "merge_and_save",
            "trainable_parameter_count", "wrap_with_lora"]
+
+
+@config_rule
+def _check_lora(config) -> None:
+    """What LoRA cannot honour: a reference that moves, a critic."""
+    from labkit.advantages import get_estimator
+
+    if not config.use_peft:
+        return
+    if config.ref_reset_every or config.ref_reset_patience:
+        raise ValueError("use_peft with ref_reset_every / ref_reset_patience: with LoRA the "
+                         "reference is the frozen base model (adapters disabled), which ProRL's "
+                         "reset cannot move; set them to 0 or use_peft=False")
+    if config.sync_ref_model:
+        raise ValueError("use_peft with sync_ref_model: with LoRA the reference is the frozen "
+                         "base model (adapters disabled), which TR-DPO's sync cannot move; set "
+                         "sync_ref_model=False or use_peft=False")
+    if get_estimator(config.advantage_estimator).critic:
+        raise ValueError(f"use_peft with advantage_estimator={config.advantage_estimator!r}: "
+                         f"PPO's critic is a second full copy of the policy's trunk, the memory "
+                         f"LoRA exists to save; use a group estimator (grpo, rloo, remax, opo) "
+                         f"or use_peft=False")

@@ -27,6 +27,7 @@ import torch
 
 from labkit.compat import cache_kwargs
 
+
 @dataclass
 class Rollout:
     """The result of :func:`generate`. ``B`` = number of prompts x ``num_generations``.

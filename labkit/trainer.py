@@ -61,19 +61,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from labkit.advantages import (
-    batch_normalize,
-    combine_rewards,
-    explained_variance,
-    gae,
-    group_advantages,
-    kl_penalized_rewards,
-    kl_penalized_token_rewards,
-    opo_advantages,
-    outcome_to_token_rewards,
-    remax_advantages,
-    rloo_advantages,
-)
+from labkit.advantages import AdvantageInputs, Estimator, get_estimator, kl_penalized_rewards
 from labkit.checkpoint import (
     RESUMABLE_CHANGES,
     check_same_run,
@@ -184,7 +172,8 @@ class Trainer:
         # step: a copy of the policy in sampling_dtype.
         self.sampling_model = (_frozen_copy(self.model).to(getattr(torch, cfg.sampling_dtype))
                                if cfg.sampling_dtype else None)
-        self.value_model = ValueModel(self.model) if cfg.advantage_estimator == "gae" else None
+        self.value_model = (ValueModel(self.model) if get_estimator(cfg.advantage_estimator).critic
+                            else None)
         self.optimizer, self.scheduler = self._optimizer()
         self.sampler = make_sampler(cfg.prompt_sampler, self.train_dataset, cfg.seed,
                                     total_steps=cfg.max_steps,
@@ -567,14 +556,15 @@ class Trainer:
 
     # ---- 4. advantages ---------------------------------------------------------------------------
     def compute_advantages(self, batch: Experience) -> dict:
-        """Set the batch's advantages (and ``returns`` for GAE); returns the step's KL-in-reward
-        and critic metrics."""
-        cfg = self.config
+        """Set the batch's advantages with the registered estimator (and ``returns`` for a
+        critic's); GFPO's filter replaces GRPO's formula on its kept subsets. Returns the step's
+        KL-in-reward and estimator metrics."""
+        cfg, estimator = self.config, self.estimator
         per_prompt, rewards, mask = cfg.num_generations, batch.rewards, batch.loss_mask
         if len(batch) == 0:
             batch.sequence_advantages = rewards
             return {}
-        if cfg.advantage_estimator != "grpo" and torch.isnan(rewards).any():
+        if not estimator.missing_rewards and torch.isnan(rewards).any():
             raise ValueError(f"some completions got no reward (every reward function returned "
                              f"None); advantage_estimator={cfg.advantage_estimator!r} needs one "
                              f"for every completion (only 'grpo' treats them as missing)")
@@ -583,36 +573,30 @@ class Trainer:
             kl = kl_estimate(batch.sample_logp, batch.ref_logp, cfg.kl_estimator)
             metrics["kl_ref"] = float(torch.where(mask.bool(), kl, 0).sum()
                                       / mask.sum().clamp(min=1))
-        if cfg.advantage_estimator == "gae":
-            token_rewards = outcome_to_token_rewards(rewards, mask)
-            if kl is not None:
-                token_rewards = kl_penalized_token_rewards(token_rewards, kl, cfg.beta, mask)
-            advantages, batch.returns = gae(token_rewards, batch.values, mask, cfg.gamma,
-                                            cfg.lam)
-            metrics["explained_variance"] = explained_variance(batch.values, batch.returns, mask)
-            batch.token_advantages = batch_normalize(advantages, mask)
-            return metrics
-        if kl is not None:
-            rewards = kl_penalized_rewards(rewards, kl, cfg.beta, mask)
+            if not estimator.per_token:  # summed over the completion; GAE folds it per token
+                rewards = kl_penalized_rewards(rewards, kl, cfg.beta, mask)
         gfpo_k = self._gfpo_k(rewards)
         if gfpo_k is not None:
             kept = gfpo_filter(rewards, batch.lengths, per_prompt, gfpo_k, cfg.gfpo_metric)
             batch.sequence_advantages = gfpo_advantages(rewards, kept, per_prompt,
                                                         cfg.scale_rewards)
-        elif cfg.multi_objective_aggregation == "normalize_then_sum":
-            batch.sequence_advantages = combine_rewards(
-                batch.reward_components, cfg.reward_weights and torch.tensor(cfg.reward_weights),
-                per_prompt, "normalize_then_sum").to(rewards.dtype)
-        elif cfg.advantage_estimator == "grpo":
-            batch.sequence_advantages = group_advantages(rewards, per_prompt, cfg.scale_rewards)
-        elif cfg.advantage_estimator == "rloo":
-            batch.sequence_advantages = rloo_advantages(rewards, per_prompt)
-        elif cfg.advantage_estimator == "opo":
-            batch.sequence_advantages = opo_advantages(rewards, batch.lengths, per_prompt)
+            return metrics
+        result = estimator.compute(AdvantageInputs(
+            rewards=rewards, num_generations=per_prompt, lengths=batch.lengths, mask=mask,
+            config=cfg, reward_components=batch.reward_components, values=batch.values,
+            token_kl=kl if estimator.per_token else None,
+            greedy_rewards=lambda: self._greedy_rewards(batch)))
+        if estimator.per_token:
+            batch.token_advantages, batch.returns = result.advantages, result.returns
         else:
-            batch.sequence_advantages = remax_advantages(rewards, self._greedy_rewards(batch),
-                                                         per_prompt)
+            batch.sequence_advantages = result.advantages
+        metrics.update(result.metrics)
         return metrics
+
+    @property
+    def estimator(self) -> Estimator:
+        """The registered advantage estimator of this run (:data:`ESTIMATOR_REGISTRY`)."""
+        return get_estimator(self.config.advantage_estimator)
 
     def _gfpo_k(self, rewards: torch.Tensor):
         """GFPO's k: the configured one, or adaptive GFPO's per-prompt k from the quartiles of

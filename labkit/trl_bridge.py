@@ -75,12 +75,14 @@ import re
 import tempfile
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pandas as pd
 import torch
 
 from labkit.config import TrainConfig
+from labkit.losses import LOCAL_AGGREGATIONS, LOSS_REGISTRY, get_loss_type
 
 # ---- the tables ----------------------------------------------------------------------------------
 #: Lab field -> ``GRPOConfig`` field of the same meaning, copied as is (after
@@ -123,12 +125,28 @@ SHARED_FIELDS = {
     "top_entropy_quantile": "top_entropy_quantile",
 }
 
+class _TRLLossNames(Mapping):
+    """Lab loss type -> TRL's ``loss_type``, read from the loss registry at each use (each loss
+    type declares its TRL name when it registers; one without it is refused by name)."""
+
+    def __getitem__(self, name):
+        trl_name = LOSS_REGISTRY[name].trl_name if name in LOSS_REGISTRY else None
+        if trl_name is None:
+            raise KeyError(name)
+        return trl_name
+
+    def __iter__(self):
+        return (name for name, loss in LOSS_REGISTRY.items() if loss.trl_name is not None)
+
+    def __len__(self):
+        return sum(1 for _ in self)
+
+
 #: Values of shared fields that TRL spells differently, and the values TRL has at all. labkit's
 #: ``sequence_sum`` (sum over a sequence's tokens, mean over sequences) is TRL's ``luspo``
 #: aggregation (arXiv 2602.05261); ``tests/test_trl_crosscheck.py`` checks they agree.
 TRL_VALUES = {
-    "loss_type": {"grpo": "grpo", "bnpo": "bnpo", "dr_grpo": "dr_grpo", "dapo": "dapo",
-                  "cispo": "cispo", "sapo": "sapo", "vespo": "vespo", "sequence_sum": "luspo"},
+    "loss_type": _TRLLossNames(),
     "importance_sampling_level": {"token": "token", "sequence": "sequence"},
     "scale_rewards": {"group": "group", "batch": "batch", "none": "none"},
     "lr_scheduler_type": {s: s for s in ("constant", "constant_with_warmup", "linear", "cosine")},
@@ -408,10 +426,12 @@ def trl_batch_sizes(config: TrainConfig, num_processes: int = 1) -> dict[str, in
     local = mini // num_processes
     cap = min(config.micro_batch_size or local, local)
     micro = max(d for d in range(1, cap + 1) if local % d == 0)
-    if config.loss_type == "bnpo" and config.micro_batch_size is not None and micro != cap:
+    per_micro_batch = get_loss_type(config.loss_type).aggregation in LOCAL_AGGREGATIONS
+    if per_micro_batch and config.micro_batch_size is not None and micro != cap:
         raise ValueError(
             f"micro_batch_size={config.micro_batch_size} does not divide the per-process "
-            f"mini-batch ({local} completions), and loss_type='bnpo' normalises per micro-batch, "
+            f"mini-batch ({local} completions), and loss_type={config.loss_type!r} normalises per "
+            f"micro-batch, "
             f"so TRL's micro-batches of {micro} would change the loss: use a divisor of {local}")
     accumulation = local // micro
     return {

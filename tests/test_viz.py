@@ -627,7 +627,7 @@ def test_surrogate_weights_are_each_losss_gradient_relative_to_reinforce():
 
 
 def test_surrogate_weights_figure_and_focal_panel():
-    from labkit.exploration import focal_weight
+    from labkit.losses import focal_weight
 
     fig = viz.plot_surrogate_weights(epsilon_high=0.5, gamma=1.0)
     try:

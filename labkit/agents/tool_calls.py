@@ -101,6 +101,32 @@ def last_tool_call(completion_text: str) -> str | None:
     return completion_text[start:completion_text.find(TOOL_CALL_CLOSE, start)]
 
 
+#: Deepest bracket nesting parsed: the call object and its arguments object need 2.
+_MAX_NESTING = 8
+
+
+def _nesting_depth(text: str) -> int:
+    """Deepest nesting of JSON brackets outside strings (one pass, no parsing)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
 def parse_tool_call(text: str) -> ToolCall:
     """Parse a call's body (the text between the tags) into a :class:`ToolCall`.
 
@@ -120,6 +146,10 @@ def parse_tool_call(text: str) -> ToolCall:
     body = text.strip()
     if body.startswith(TOOL_CALL_OPEN) and body.endswith(TOOL_CALL_CLOSE):
         body = body[len(TOOL_CALL_OPEN):-len(TOOL_CALL_CLOSE)].strip()
+    if _nesting_depth(body) > _MAX_NESTING:
+        # checked before parsing: how deep json.loads may recurse depends on the interpreter's
+        # recursion limit, which the host process may have raised
+        raise ToolCallError("tool call is nested too deeply")
     try:
         call = json.loads(body, object_pairs_hook=_unique_keys, parse_constant=_no_constant,
                           parse_float=_finite_float)

@@ -60,9 +60,9 @@ def _check_cispo_config(config) -> None:
 
 
 @register_policy_loss("cispo", aggregation="token_mean", trl_name="cispo",
-                      clip_flags=_cispo_clip_flags, config_check=_check_cispo_config, paper=(
-                          "MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning "
-                          "Attention", "2506.13585"),
+                      clip_flags=_cispo_clip_flags, config_check=_check_cispo_config,
+                      paper=(("MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning "
+                              "Attention"), "2506.13585"),
                       summary="clipped, detached IS weight times log pi; token mean")
 def _cispo(x: SurrogateInputs) -> torch.Tensor:
     if x.epsilon_high is None:

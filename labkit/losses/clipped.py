@@ -120,8 +120,8 @@ def _ppo_clip(x: SurrogateInputs, delta: float | None = None,
     return clipped_surrogate(x.log_w, x.advantages, x.epsilon, x.epsilon_high, delta, dual_clip)
 
 
-_FAMILY = dict(clipped=True, options={"delta": None, "dual_clip": None},
-               clip_flags=ppo_clip_flags, config_check=check_clipped_config)
+_FAMILY = {"clipped": True, "options": {"delta": None, "dual_clip": None},
+           "clip_flags": ppo_clip_flags, "config_check": check_clipped_config}
 register_policy_loss("grpo", aggregation="sequence_mean", trl_name="grpo", paper=(
     "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models",
     "2402.03300"), summary="PPO clip, mean over each sequence then over sequences",

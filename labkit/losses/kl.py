@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from labkit.losses.validation import LOG_RATIO_LIMIT, check_same_shape
+from labkit.rules import config_rule
 
 #: Schulman's KL estimators.
 KL_ESTIMATORS = ("k1", "k2", "k3")
@@ -54,3 +55,11 @@ def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") ->
         d = d.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
         return torch.exp(d) - d - 1
     raise ValueError(f"kind must be one of {KL_ESTIMATORS}, got {kind!r}")
+
+
+@config_rule
+def _check_bias_correction(config) -> None:
+    """The ratio-weighted KL-in-loss (DeepSeek-V3.2) needs a KL in the loss."""
+    if config.use_bias_correction_kl and (config.beta == 0 or config.kl_in_reward):
+        raise ValueError("use_bias_correction_kl multiplies the KL-in-loss by the ratio: it needs "
+                         "beta > 0 and kl_in_reward=False")

@@ -96,6 +96,11 @@ class LossType:
     paper: tuple[str, str | None] | None = None
     summary: str = ""
 
+    @property
+    def module(self) -> str:
+        """The module that registered it."""
+        return self.surrogate.__module__
+
     def options_from(self, config) -> dict:
         """This loss's options, read from a config (the trainer's call)."""
         return {name: getattr(config, name) for name in self.options}

@@ -100,8 +100,8 @@ def _check_rlplus_config(config) -> None:
 @register_policy_loss("rlplus", aggregation="fixed_length", trl_name=None,
                       options={"exploration_gamma": 0.5}, batch_inputs=("demonstrations",),
                       config_check=_check_rlplus_config,
-                      paper=("RL-PLUS: Countering Capability Boundary Collapse of LLMs in "
-                             "Reinforcement Learning with Hybrid-policy Optimization",
+                      paper=(("RL-PLUS: Countering Capability Boundary Collapse of LLMs in "
+                              "Reinforcement Learning with Hybrid-policy Optimization"),
                              "2508.00222"),
                       summary="no clip; demonstrations weighed by the MIS ratio and (1 - p)^gamma")
 def _rlplus(x: SurrogateInputs, demonstrations: torch.Tensor | None = None,

@@ -72,8 +72,8 @@ def _check_vespo_config(config) -> None:
                       options={"vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0, "vespo_k_neg": 3.0,
                                "vespo_lambda_neg": 2.0},
                       config_check=_check_vespo_config,
-                      paper=("VESPO: Variational Sequence-Level Soft Policy Optimization for "
-                             "Stable Off-Policy LLM Training", "2602.10693"),
+                      paper=(("VESPO: Variational Sequence-Level Soft Policy Optimization for "
+                              "Stable Off-Policy LLM Training"), "2602.10693"),
                       summary="Gamma kernel of the sequence weight times log pi; token mean")
 def _vespo(x: SurrogateInputs, vespo_k_pos: float = 2.0, vespo_lambda_pos: float = 3.0,
            vespo_k_neg: float = 3.0, vespo_lambda_neg: float = 2.0) -> torch.Tensor:

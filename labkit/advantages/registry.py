@@ -1,0 +1,146 @@
+"""The table of advantage estimators: one entry per ``advantage_estimator``, written by the file
+that implements it (the losses' pattern, :mod:`labkit.losses.registry`).
+
+An estimator turns a batch's rewards into advantages: one per completion (the group estimators:
+GRPO, RLOO, ReMax, OPO) or one per token (GAE with a critic). Its file registers an adapter that
+reads :class:`AdvantageInputs` and returns :class:`Advantages`; the pure tensor function the
+notebooks call (``group_advantages``, ``rloo_advantages``...) stays beside it. The trainer, the
+config (allowed values, the estimator's own rules, which need groups or a critic), the TRL bridge
+and the catalog read this table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import torch
+
+
+@dataclass(frozen=True)
+class AdvantageInputs:
+    """What the trainer hands an estimator.
+
+    ======================  ==========  =======================================================
+    field                   shape       meaning
+    ======================  ==========  =======================================================
+    ``rewards``             (B,)        total reward per completion (KL-in-reward already
+                                        subtracted for sequence estimators; NaN = missing)
+    ``num_generations``     int         G: completions per prompt, consecutive rows
+    ``lengths``             (B,)        completion lengths in tokens
+    ``mask``                (B, T)      loss mask
+    ``config``              TrainConfig the run's settings (``scale_rewards``, ``gamma``...)
+    ``reward_components``   (B, F)      one column per reward function (GDPO)
+    ``values``              (B, T)      the critic's values at sampling time (GAE), or None
+    ``token_kl``            (B, T)      per-token KL to the reference when it goes in the
+                                        reward (GAE folds it in per token), or None
+    ``greedy_rewards``      callable    ``() -> (P,)`` reward of one greedy completion per
+                                        prompt (ReMax's baseline), sampled on demand
+    ======================  ==========  =======================================================
+    """
+
+    rewards: torch.Tensor
+    num_generations: int
+    lengths: torch.Tensor
+    mask: torch.Tensor
+    config: object
+    reward_components: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    token_kl: torch.Tensor | None = None
+    greedy_rewards: Callable[[], torch.Tensor] | None = None
+
+
+@dataclass(frozen=True)
+class Advantages:
+    """An estimator's result: ``advantages`` (B,) or (B, T); ``returns`` (B, T), the critic's
+    targets (GAE only); ``metrics`` for the step's history row."""
+
+    advantages: torch.Tensor
+    returns: torch.Tensor | None = None
+    metrics: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """One registered ``advantage_estimator``.
+
+    Attributes:
+        name: the ``advantage_estimator`` value.
+        compute: ``compute(inputs: AdvantageInputs) -> Advantages``.
+        groups: compares the completions of a prompt (needs ``num_generations >= 2``).
+        per_token: one advantage per token (GAE), else one per completion.
+        critic: needs the value model (the trainer builds it only then).
+        missing_rewards: treats a NaN reward as missing (TRL's rule for GRPO); the others need
+            every reward and the trainer refuses a batch with one missing.
+        trl_refusal: why TRL's GRPOTrainer cannot run it, or None when it can.
+        config_check: ``check(config)`` raising ``ValueError`` for combinations it cannot honour.
+        paper: (title, arXiv id), for the catalog.
+        summary: one line.
+    """
+
+    name: str
+    compute: Callable[[AdvantageInputs], Advantages]
+    groups: bool = True
+    per_token: bool = False
+    critic: bool = False
+    missing_rewards: bool = False
+    trl_refusal: str | None = None
+    config_check: Callable[[object], None] | None = None
+    paper: tuple[str, str | None] | None = None
+    summary: str = ""
+
+    @property
+    def module(self) -> str:
+        """The module that registered it."""
+        return self.compute.__module__
+
+
+_REGISTRY: dict[str, Estimator] = {}
+#: Read-only view of every registered estimator, by name, in registration order.
+ESTIMATOR_REGISTRY: Mapping[str, Estimator] = MappingProxyType(_REGISTRY)
+
+
+def register_advantage_estimator(name: str, *, groups: bool = True, per_token: bool = False,
+                                 critic: bool = False, missing_rewards: bool = False,
+                                 trl_refusal: str | None = None, config_check=None,
+                                 paper: tuple[str, str | None] | None = None, summary: str = ""):
+    """Decorator: register ``compute(inputs) -> Advantages`` as ``advantage_estimator=name``."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"an estimator name must be an identifier-like string, got {name!r}")
+    if name in _REGISTRY:
+        raise ValueError(f"advantage_estimator {name!r} is already registered (by "
+                         f"{_REGISTRY[name].module})")
+
+    def decorator(compute):
+        _REGISTRY[name] = Estimator(name=name, compute=compute, groups=groups,
+                                    per_token=per_token, critic=critic,
+                                    missing_rewards=missing_rewards, trl_refusal=trl_refusal,
+                                    config_check=config_check, paper=paper, summary=summary)
+        return compute
+
+    return decorator
+
+
+def unregister_advantage_estimator(name: str) -> None:
+    """Remove a registered estimator (for tests that register a toy one)."""
+    _REGISTRY.pop(name)
+
+
+def get_estimator(name: str) -> Estimator:
+    """The registered estimator ``name``; ``ValueError`` listing the registered ones otherwise."""
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"advantage_estimator must be one of {estimators()}, got "
+                         f"{name!r}") from None
+
+
+def estimators() -> tuple[str, ...]:
+    """Names of every registered estimator."""
+    return tuple(_REGISTRY)
+
+
+def group_estimators() -> tuple[str, ...]:
+    """Names of the estimators that compare the completions of a group."""
+    return tuple(name for name, e in _REGISTRY.items() if e.groups)

@@ -50,7 +50,8 @@ def test_the_check_passes_on_this_install():
     lines = done.stdout.splitlines()
     assert lines[-1].startswith("READY: notebook 02's live GRPO run")
     assert re.search(r"should take about \d+(\.\d)? (s|min) here", lines[-1])
-    assert re.search(r"^ok +speed +\d+\.\d\d s per GRPO step", done.stdout, re.MULTILINE)
+    # warn: a busy machine may make the estimate slow for a workshop; that is not a failure
+    assert re.search(r"^(ok|warn) +speed +\d+\.\d\d s per GRPO step", done.stdout, re.MULTILINE)
     assert "\x1b[" not in done.stdout  # plain text: no colour codes in a notebook cell
 
 

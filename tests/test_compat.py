@@ -52,8 +52,8 @@ def test_a_package_below_its_floor_is_named(monkeypatch):
                         lambda name: "4.57.6" if name == "transformers" else real(name))
     problems = compat.check_versions()
     need = FLOORS["transformers"]
-    assert problems == [f"transformers 4.57.6 is too old; labkit needs transformers>={need}: "
-                        f"pip install -U 'transformers>={need}'"]
+    assert problems == [(f"transformers 4.57.6 is too old; labkit needs transformers>={need}: "
+                         f"pip install -U 'transformers>={need}'")]
     with pytest.raises(compat.IncompatibleEnvironment, match="transformers 4.57.6 is too old"):
         compat.require_compatible()
 
@@ -75,7 +75,7 @@ def test_import_labkit_in_an_old_environment_fails_with_one_line(tmp_path):
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: transformers\nVersion: 4.57.6\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
     done = subprocess.run([sys.executable, "-c", "import labkit"], capture_output=True,
-                          text=True, env=env, timeout=120)
+                          text=True, env=env, timeout=120, check=False)
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("labkit.compat.IncompatibleEnvironment: labkit cannot run")

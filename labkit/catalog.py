@@ -236,7 +236,7 @@ _NB = {
     "scaling": "notebooks/09_scaling_up.ipynb",
 }
 
-_A, _F, _L, _S = "labkit.advantages.", "labkit.filters.", "labkit.losses.", "labkit.shaping."
+_A, _F, _L, _S = "labkit.advantages.", "labkit.filters.", "labkit.losses.", "labkit.rewards.shaping."
 _TA, _TF, _TL, _TK = (
     "tests/test_advantages.py::",
     "tests/test_filters.py::",
@@ -245,9 +245,9 @@ _TA, _TF, _TL, _TK = (
 )
 _TRL = "tests/test_trl_crosscheck.py::"
 _TS = "tests/test_switches.py::"
-_E, _TE = "labkit.exploration.", "tests/test_exploration.py::"
+_TE = "tests/test_exploration.py::"
 _PS, _TPS = "labkit.prompt_sampling.", "tests/test_prompt_sampling.py::"
-_LC, _TLC = "labkit.length_control.", "tests/test_length_control.py::"
+_LC, _TLC = "labkit.rewards.length.", "tests/test_length_control.py::"
 _TM = "tests/test_mismatch.py::"
 
 
@@ -397,7 +397,7 @@ CATALOG: tuple[Method, ...] = (
         _K2,
         id="kimi-temperature-decay",
         changes="temperature",
-        functions=(_E + "temperature_at",),
+        functions=("labkit.temperature.temperature_at",),
         config={"temperature": 1.2, "temperature_schedule": "cosine", "temperature_final": 0.8},
         notebook=_NB["exploration"],
         tests=(_TE + "test_temperature_schedules_start_end_and_never_rise",
@@ -419,7 +419,7 @@ CATALOG: tuple[Method, ...] = (
         _PRORL,
         id="prorl-ref-reset",
         changes="reference",
-        functions=(_E + "reset_reference",),
+        functions=("labkit.reference.reset_reference",),
         config={"beta": 0.04, "ref_reset_every": 40},
         notebook=_NB["exploration"],
         tests=(_TS + "test_reference_reset_has_prorls_properties",
@@ -588,7 +588,7 @@ CATALOG: tuple[Method, ...] = (
         _DRA,
         id="dra-diversity",
         changes="reward",
-        functions=(_E + "dra_weights", _E + "ngram_embeddings"),
+        functions=("labkit.rewards.diversity.dra_weights", "labkit.rewards.diversity.ngram_embeddings"),
         config={"diversity_adjustment": "ngram"},
         notebook=_NB["exploration"],
         tests=(_TE + "test_dra_weights_paper_checks",
@@ -678,9 +678,9 @@ CATALOG: tuple[Method, ...] = (
         id="rlvr-rules",
         changes="reward",
         functions=("labkit.rewards.accuracy_reward", "labkit.rewards.format_reward",
-                   "labkit.verifiers.lenient_length_reward",
-                   "labkit.verifiers.answer_anywhere_reward",
-                   "labkit.verifiers.digit_credit_reward"),
+                   "labkit.rewards.verifiers.lenient_length_reward",
+                   "labkit.rewards.verifiers.answer_anywhere_reward",
+                   "labkit.rewards.verifiers.digit_credit_reward"),
         notebook=_NB["rewards"],
         tests=("tests/test_rewards.py::test_accuracy_reward_on_strings_and_messages",
                "tests/test_rewards.py::test_format_reward",
@@ -689,15 +689,15 @@ CATALOG: tuple[Method, ...] = (
                 "test_lenient_length_pays_a_long_wrong_think_the_strict_reward_refuses"),
                "tests/test_verifiers.py::test_digit_credit_reward_is_one_exactly_when_strict_passes"),
         note="The lab's default rewards are rule verifiers of exact answers and of the format "
-        "(binary, weight 1; Tulu 3 uses 10). labkit.verifiers adds lax verifiers to exploit and "
+        "(binary, weight 1; Tulu 3 uses 10). labkit.rewards.verifiers adds lax verifiers to exploit and "
         "partial credit, which are the lab's, not the paper's.",
     ),
     _m(
         _TTRL,
         id="ttrl-majority-vote",
         changes="reward",
-        functions=("labkit.ttrl.ttrl_reward", "labkit.ttrl.majority_vote",
-                   "labkit.ttrl.label_accuracy_reward"),
+        functions=("labkit.rewards.ttrl.ttrl_reward", "labkit.rewards.ttrl.majority_vote",
+                   "labkit.rewards.ttrl.label_accuracy_reward"),
         notebook=_NB["rewards"],
         tests=("tests/test_ttrl.py::test_majority_vote_paper_example_ties_and_no_votes",
                "tests/test_ttrl.py::test_reward_ignores_the_true_answer",
@@ -710,8 +710,8 @@ CATALOG: tuple[Method, ...] = (
         _GENRM,
         id="generative-judge",
         changes="reward",
-        functions=("labkit.judge.JudgeReward", "labkit.judge.yes_probability",
-                   "labkit.judge.judge_agreement", "labkit.build_judge.build"),
+        functions=("labkit.rewards.judge.JudgeReward", "labkit.rewards.judge.yes_probability",
+                   "labkit.rewards.judge.judge_agreement", "labkit.build_judge.build"),
         notebook=_NB["rewards"],
         tests=(("tests/test_judge.py::"
                 "test_equal_logits_give_one_half_and_the_score_is_a_probability"),
@@ -783,7 +783,7 @@ CATALOG: tuple[Method, ...] = (
         _FORKING,
         id="top-entropy-tokens",
         changes="loss",
-        functions=(_E + "top_entropy_mask",),
+        functions=("labkit.token_filters.top_entropy_mask",),
         config={"top_entropy_quantile": 0.2},
         notebook=_NB["exploration"],
         tests=(_TE + "test_top_entropy_mask_keeps_the_top_share",
@@ -795,7 +795,7 @@ CATALOG: tuple[Method, ...] = (
         _ENTROPY,
         id="clip-cov",
         changes="clip",
-        functions=(_E + "covariance", _E + "clip_cov_mask"),
+        functions=("labkit.token_filters.covariance", "labkit.token_filters.clip_cov_mask"),
         config={"cov_penalty": "clip_cov"},
         notebook=_NB["exploration"],
         tests=(_TE + "test_clip_cov_picks_candidates_in_the_band",
@@ -805,7 +805,7 @@ CATALOG: tuple[Method, ...] = (
         _ENTROPY,
         id="kl-cov",
         changes="loss",
-        functions=(_E + "covariance", _E + "kl_cov_mask"),
+        functions=("labkit.token_filters.covariance", "labkit.token_filters.kl_cov_mask"),
         config={"cov_penalty": "kl_cov", "num_mini_batches": 2},
         notebook=_NB["exploration"],
         tests=(_TE + "test_kl_cov_picks_the_largest_covariances", _TS + "test_cov_penalties_train"),
@@ -815,7 +815,7 @@ CATALOG: tuple[Method, ...] = (
         _TRDPO,
         id="trdpo-ref-sync",
         changes="reference",
-        functions=(_E + "mix_reference",),
+        functions=("labkit.reference.mix_reference",),
         config={"beta": 0.04, "sync_ref_model": True, "ref_model_sync_steps": 20},
         notebook=_NB["exploration"],
         tests=(_TE + "test_mix_reference_moves_the_reference_by_alpha",

@@ -42,7 +42,6 @@ from labkit.advantages import (
     get_estimator,
     group_estimators,
 )
-from labkit.exploration import TEMPERATURE_SCHEDULES
 from labkit.fields import (
     boolean,
     choice,
@@ -56,7 +55,6 @@ from labkit.fields import (
     text,
 )
 from labkit.filters import GFPO_METRICS
-from labkit.length_control import LENGTH_REWARDS
 from labkit.losses import (
     IMPORTANCE_SAMPLING_LEVELS,
     KL_ESTIMATORS,
@@ -67,12 +65,12 @@ from labkit.losses.registry import all_options, option_owners
 from labkit.mismatch import MODES as IMPORTANCE_SAMPLING_MODES
 from labkit.models import DTYPES
 from labkit.prompt_sampling import PROMPT_SAMPLERS
+from labkit.rewards.diversity import DIVERSITY_SIMILARITIES
+from labkit.rewards.length import LENGTH_REWARDS
 from labkit.rules import config_rules
+from labkit.temperature import TEMPERATURE_SCHEDULES
+from labkit.token_filters import COV_PENALTIES
 
-#: ``diversity_adjustment`` values: the similarity DRA-GRPO measures.
-DIVERSITY_SIMILARITIES = ("ngram", "hidden")
-#: ``cov_penalty`` values (verl's loss-mode names).
-COV_PENALTIES = ("clip_cov", "kl_cov")
 #: ``sampling_dtype`` values: the precision of a sampler that differs from the trainer.
 SAMPLING_DTYPES = ("bfloat16", "float32")
 #: ``lr_scheduler_type`` values (transformers' names).
@@ -180,7 +178,7 @@ class TrainConfig:
     normalize_then_sum (GDPO, arXiv 2601.05242): normalise each function in its group, sum, then
     normalise over the batch (advantage_estimator='grpo' only)"""
     length_reward: str | None = None
-    """length shaping added to the rewards (labkit.length_control): kimi (group-relative length
+    """length shaping added to the rewards (labkit.rewards.length): kimi (group-relative length
     reward, weight length_reward_weight), laser / laser_de (bonus length_reward_weight within
     length_target), budget (Kimi K2: reward 0 past length_target tokens), truncation (DLER:
     reward 0 past length_target), difficulty_truncation (DA-DLER: length_target_easy for prompts

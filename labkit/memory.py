@@ -369,7 +369,7 @@ def memory_plan(model_config_or_name, train_config=None, *, prompt_length: int |
          if backup else "no rollback copy; ") + how)
     per_layer = b * T * a_layer
     # Distinct prompts in a micro-batch: the whole batch holds p, a split of it at most min(p, b).
-    # Without checkpointing the trainer runs each once and its completions on top (labkit.forward)
+    # Without checkpointing the trainer runs each once and its completions on top (labkit.engine.forward)
     u = min(p, b)
     tokens = b * T  # tokens through the training forward
     if cfg.gradient_checkpointing:

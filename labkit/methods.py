@@ -8,9 +8,11 @@ before every rule is known. A method module with a rule of its own joins the lis
 
 from labkit import (  # noqa: F401 (imported for what they register)
     advantages,
-    exploration,
     filters,
-    length_control,
     lora,
     losses,
+    reference,
+    temperature,
+    token_filters,
 )
+from labkit.rewards import length  # noqa: F401

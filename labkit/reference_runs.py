@@ -11,7 +11,9 @@ So each comparison a notebook draws is described by a small JSON spec under ``da
 spread between seeds as a band; ``data`` selects task-suite cells for both the train and the eval
 split (default: the whole suite); ``eval_data`` (optional) evaluates on other cells instead, e.g.
 the easy cells a run on the medium ones may forget (``{}`` = the whole eval split);
-``reward_funcs`` (optional) lists dotted names of the reward functions to train on. This command trains it and writes the history next to the spec,
+``reward_funcs`` (optional) lists the reward functions to train on by their keys in
+:data:`labkit.rewards.NAMED_REWARDS` (never by import path: a spec is data and must not choose
+what code runs). This command trains it and writes the history next to the spec,
 as ``<spec>.csv`` (one ``seed`` column, the runs one after the other)::
 
     python -m labkit.reference_runs data/runs/04_dapo/dapo.json [more specs...]
@@ -25,7 +27,6 @@ at the steps where an evaluation ran (step 0 is the model before training).
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import time
 from pathlib import Path
@@ -34,6 +35,7 @@ import pandas as pd
 import torch
 
 from labkit.config import preset
+from labkit.rewards import NAMED_REWARDS, named_reward
 from labkit.tasks import load_split
 from labkit.trainer import train
 
@@ -59,24 +61,20 @@ def load_spec(path: str | Path) -> dict:
 
 
 def reward_funcs(spec: dict, path) -> list | None:
-    """The spec's ``reward_funcs``: dotted names of reward functions (``"labkit.verifiers.
-    answer_anywhere_reward"``); a name of a class builds it with no arguments (a judge). None:
-    the trainer's default rewards."""
+    """The spec's ``reward_funcs``: keys of the lab's named rewards
+    (:data:`labkit.rewards.NAMED_REWARDS`, e.g. ``"answer_anywhere"``, ``"judge"``); None: the
+    trainer's default rewards. A spec names rewards by key, never by import path, so a shared
+    spec cannot make this command import or run code of its choosing."""
     names = spec.get("reward_funcs")
     if names is None:
         return None
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-        raise ValueError(f"{path}: 'reward_funcs' must be a non-empty list of dotted names")
-    funcs = []
-    for name in names:
-        module, _, attr = name.rpartition(".")
-        try:
-            obj = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError, ValueError) as err:
-            raise ValueError(f"{path}: reward function {name!r} cannot be imported ({err})") \
-                from err
-        funcs.append(obj() if isinstance(obj, type) else obj)
-    return funcs
+        raise ValueError(f"{path}: 'reward_funcs' must be a non-empty list of reward names "
+                         f"({', '.join(NAMED_REWARDS)})")
+    try:
+        return [named_reward(name) for name in names]
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
 
 
 def run_history(result) -> pd.DataFrame:

@@ -39,7 +39,7 @@ round budget correct distinct sample accuracy SFT steps eval accuracy
 
 GRPO at about the same sampling budget (the preset, 16 prompts x 8 per step, seed 0): 24 steps =
 3072 completions gave 22.5% -> 58.1% (27 s, ``tests/test_learning.py``), 40 steps = 5120 gave
-22.5% -> 50.6% (30 s, :mod:`labkit.verifiers`). On these cells RFT matches GRPO per sampled
+22.5% -> 50.6% (30 s, :mod:`labkit.rewards.verifiers`). On these cells RFT matches GRPO per sampled
 completion within a few points, with far fewer optimizer steps (32 vs 24-40) and a third of the
 wall time: filtered imitation is enough when the model already writes the right solution style
 some of the time. One seed; the difference between the two is within what seeds move.

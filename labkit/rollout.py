@@ -66,7 +66,7 @@ def prompt_text(tokenizer, prompt) -> str:
 
     A message whose content holds one of the tokenizer's special tokens (``<|im_start|>``...)
     is refused: the tokenizer would turn that text into a real control token, letting data open
-    a forged turn of the conversation (see :mod:`labkit.data`).
+    a forged turn of the conversation (see :mod:`labkit.engine.data`).
     """
     if isinstance(prompt, str):
         return prompt

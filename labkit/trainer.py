@@ -7,7 +7,7 @@ same way:
    ``num_generations`` completions of each with the KV-cached sampler (:mod:`labkit.rollout`);
 2. **score** them with the weighted reward functions (default accuracy + format; TRL's
    signature), plus DAPO's soft overlong penalty and the chosen length reward
-   (:mod:`labkit.scoring`). With DAPO's
+   (:mod:`labkit.engine.scoring`). With DAPO's
    dynamic sampling, groups whose rewards are all equal are dropped and new prompts are sampled
    until the batch is full again, for at most ``max_resample_rounds`` extra rounds;
 3. **score forwards** without gradient, only those the configuration needs: the behaviour
@@ -31,7 +31,7 @@ Where this departs from the papers and from TRL's ``GRPOTrainer`` (and why):
   cannot contribute (zero advantage with ``beta = 0`` and no entropy bonus, or nothing left in
   their loss mask) skip the training forward, while the normalisers still count them; the
   completions of one prompt share one forward of the prompt; micro-batches gather completions of
-  similar length (:mod:`labkit.forward`). The ``entropy`` and clip metrics are therefore averaged
+  similar length (:mod:`labkit.engine.forward`). The ``entropy`` and clip metrics are therefore averaged
   over the completions that trained;
 * the ``dapo`` normaliser is TRL's: loss tokens of the whole generation batch divided by the
   number of mini-batches;
@@ -43,7 +43,7 @@ Where this departs from the papers and from TRL's ``GRPOTrainer`` (and why):
 * KL in the reward (``kl_in_reward``) is the per-token estimate between the sampling and the
   reference log-probs: per token for GAE (InstructGPT, arXiv 2203.02155), summed over the
   completion for the group estimators (as RLOO does);
-* safety (:mod:`labkit.run_control`, :mod:`labkit.checkpoint`): a NaN/inf loss, gradient or
+* safety (:mod:`labkit.engine.run_control`, :mod:`labkit.engine.checkpoint`): a NaN/inf loss, gradient or
   updated weight skips the optimizer step and rolls the weights back; Ctrl-C never leaves an
   update, a history row, an evaluation or a checkpoint half done; a step that fails before its
   update (interrupt or error) can be retried with the same prompts.
@@ -62,36 +62,43 @@ import pandas as pd
 import torch
 
 from labkit.advantages import AdvantageInputs, Estimator, get_estimator, kl_penalized_rewards
-from labkit.checkpoint import (
+from labkit.config import TrainConfig
+from labkit.engine.checkpoint import (
     RESUMABLE_CHANGES,
     check_same_run,
     load_checkpoint,
     load_state,
     save_checkpoint,
 )
-from labkit.config import TrainConfig
-from labkit.data import as_dataset, check_prompt_dataset
+from labkit.engine.data import as_dataset, check_prompt_dataset
+from labkit.engine.forward import (
+    completion_logprobs,
+    completion_logprobs_and_entropy,
+    completion_values,
+    length_packed_micro_batches,
+)
+from labkit.engine.run_control import (
+    InterruptGuard,
+    capture_rng,
+    guarded_optimizer_step,
+    peak_memory_mb,
+    restore_rng,
+)
+from labkit.engine.scoring import (
+    check_context,
+    completion_embeddings,
+    demonstration_texts,
+    sampling_metrics,
+    score_completions,
+)
 from labkit.evaluate import evaluate
 from labkit.experience import Experience
-from labkit.exploration import (
-    mix_reference,
-    reset_reference,
-    temperature_at,
-    token_filters,
-    top_entropy_mask,
-)
 from labkit.filters import (
     adaptive_num_remains,
     difficulty_quartiles,
     dynamic_sampling_mask,
     gfpo_advantages,
     gfpo_filter,
-)
-from labkit.forward import (
-    completion_logprobs,
-    completion_logprobs_and_entropy,
-    completion_values,
-    length_packed_micro_batches,
 )
 from labkit.lora import adapters_disabled, wrap_with_lora
 from labkit.losses import (
@@ -107,23 +114,12 @@ from labkit.mismatch import mismatch_metrics, mismatch_weights
 from labkit.models import ValueModel, load_policy
 from labkit.prompt_sampling import make_sampler
 from labkit.ptx import PTXData, ptx_nll
+from labkit.reference import mix_reference, reset_reference
 from labkit.rewards import accuracy_reward, format_reward, reward_function_names
 from labkit.rollout import generate, with_demonstrations
-from labkit.run_control import (
-    InterruptGuard,
-    capture_rng,
-    guarded_optimizer_step,
-    peak_memory_mb,
-    restore_rng,
-)
-from labkit.scoring import (
-    check_context,
-    completion_embeddings,
-    demonstration_texts,
-    sampling_metrics,
-    score_completions,
-)
 from labkit.tasks import load_split
+from labkit.temperature import temperature_at
+from labkit.token_filters import token_filters, top_entropy_mask
 
 
 @dataclass
@@ -468,7 +464,7 @@ class Trainer:
         return self.sampling_model
 
     def _rewards(self, rows: dict, rollout):
-        """:func:`labkit.scoring.score_completions` with this run's reward functions."""
+        """:func:`labkit.engine.scoring.score_completions` with this run's reward functions."""
         return score_completions(self.config, self.reward_funcs, rows, rollout,
                                  embed=lambda r: completion_embeddings(
                                      self.model, r, self.config.diversity_adjustment))
@@ -744,7 +740,7 @@ class Trainer:
         return events
 
     def _apply_gradients(self, finite: bool, stats: StepStats) -> None:
-        """Clip and step (:func:`labkit.run_control.guarded_optimizer_step`): skipped when a
+        """Clip and step (:func:`labkit.engine.run_control.guarded_optimizer_step`): skipped when a
         loss or gradient was not finite, rolled back when the step made a weight non-finite."""
         named = [("grad_norm", self.optimizer.param_groups[0]["params"])]
         if self.value_model is not None:

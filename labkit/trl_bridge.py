@@ -219,7 +219,7 @@ LAB_ONLY = {
     "gfpo_adaptive_k": (None, (
         "adaptive-difficulty GFPO (arXiv 2508.09726, Algorithm 2) is not in TRL's GRPOTrainer")),
     "length_reward": (None, (
-        "the lab's length shaping (labkit.length_control: Kimi, LASER, budget, DLER) uses group "
+        "the lab's length shaping (labkit.rewards.length: Kimi, LASER, budget, DLER) uses group "
         "statistics or per-prompt solve rates that TRL's reward functions do not see; TRL's "
         "nearest is trl.rewards.get_soft_overlong_punishment (the lab's overlong_buffer_len)")),
     "eval_every": (0, (

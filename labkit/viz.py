@@ -81,7 +81,7 @@ from labkit.losses import (
     sequence_log_ratio,
     token_log_ratio,
 )
-from labkit.shaping import overlong_penalty
+from labkit.rewards.shaping import overlong_penalty
 
 __all__ = [
     "LivePlot",
@@ -609,7 +609,7 @@ def plot_aggregation_weights(lengths=(8, 16, 32, 64, 128), max_completion_length
 
 def plot_overlong_penalty(max_completion_length: int = 1024, overlong_buffer_len: int = 256,
                           penalty_factor: float = 1.0, lengths=None, axes=None) -> Figure:
-    r"""DAPO's soft overlong penalty (:func:`labkit.shaping.overlong_penalty`) against length.
+    r"""DAPO's soft overlong penalty (:func:`labkit.rewards.shaping.overlong_penalty`) against length.
 
     The curve is 0 up to :math:`L_{max}-L_{cache}`, falls linearly to :math:`-c` over the buffer
     (shaded) and stays there. With ``lengths``, the batch's responses are drawn on the curve and
@@ -1115,10 +1115,10 @@ def plot_temperature_schedules(total_steps: int = 200, start: float = 1.2, final
                                axes=None) -> Figure:
     """Sampling temperature over training for each ``temperature_schedule`` (Kimi K2's decay).
 
-    Every value is :func:`labkit.exploration.temperature_at`, the function the trainer calls
+    Every value is :func:`labkit.temperature.temperature_at`, the function the trainer calls
     each step. One panel.
     """
-    from labkit.exploration import temperature_at
+    from labkit.temperature import temperature_at
 
     if total_steps < 1:
         raise ValueError(f"total_steps must be >= 1, got {total_steps}")
@@ -1252,7 +1252,7 @@ def majority_vote_groups(samples: pd.DataFrame, group_size: int | None = None) -
     ``samples`` is the frame of :func:`labkit.evaluate.sample_answers` (one row per sample, with
     ``id``, ``family``, ``text`` and ``correct``: 1.0 / 0.0 / NaN); a ``question`` column, if
     present, is carried over. Each prompt votes with its first ``group_size`` samples (default:
-    all), through :func:`labkit.ttrl.answer_key` and :func:`labkit.ttrl.majority_vote`, the
+    all), through :func:`labkit.rewards.ttrl.answer_key` and :func:`labkit.rewards.ttrl.majority_vote`, the
     functions of the TTRL reward.
 
     ============== =====================================================================
@@ -1268,7 +1268,7 @@ def majority_vote_groups(samples: pd.DataFrame, group_size: int | None = None) -
     ============== =====================================================================
     """
     from labkit.rewards import completion_content, extract_answer
-    from labkit.ttrl import answer_key, majority_vote
+    from labkit.rewards.ttrl import answer_key, majority_vote
 
     missing = {"id", "family", "text", "correct"} - set(samples.columns)
     if missing:
@@ -1316,7 +1316,7 @@ def plot_majority_vote(samples: pd.DataFrame, prompt: int = 0, group_size: int |
         the figure (2 panels).
     """
     from labkit.rewards import completion_content, extract_answer
-    from labkit.ttrl import answer_key
+    from labkit.rewards.ttrl import answer_key
 
     ids = list(dict.fromkeys(samples["id"]))
     if not 0 <= prompt < len(ids):

@@ -60,7 +60,6 @@ from labkit.advantages import (
     rloo_advantages,
 )
 from labkit.config import TrainConfig
-from labkit.exploration import token_filters
 from labkit.losses import (
     aggregate,
     cispo_surrogate,
@@ -71,6 +70,7 @@ from labkit.losses import (
     token_log_ratio,
     value_loss,
 )
+from labkit.token_filters import token_filters
 
 VERL_VERSION = "0.9.1"
 REPO = Path(__file__).resolve().parents[1]

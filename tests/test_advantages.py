@@ -1,4 +1,4 @@
-"""labkit.advantages and labkit.shaping: every "how to verify" property of the reference for the
+"""labkit.advantages and labkit.rewards.shaping: every "how to verify" property of the reference for the
 advantage estimators (GRPO, Dr. GRPO, RLOO, ReMax, OPO, GDPO, DLER's batch scaling, GAE) and DAPO's
 soft overlong punishment."""
 
@@ -20,7 +20,7 @@ from labkit.advantages import (
     remax_advantages,
     rloo_advantages,
 )
-from labkit.shaping import overlong_penalty
+from labkit.rewards.shaping import overlong_penalty
 
 D = torch.float64
 

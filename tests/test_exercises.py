@@ -160,7 +160,7 @@ def test_integer_and_boolean_functions_do_not_claim_gradients(capsys):
     only (it used to say "values and gradients" for DAPO's overlong penalty and the dynamic-
     sampling mask of notebook 04)."""
     from labkit.filters import dynamic_sampling_mask
-    from labkit.shaping import overlong_penalty
+    from labkit.rewards.shaping import overlong_penalty
 
     def lengths(generator):
         return {"lengths": torch.randint(0, 40, (16,), generator=generator),

@@ -1,4 +1,6 @@
-"""labkit.exploration: the checkable properties of each method, with the papers' own examples."""
+"""Notebook 07's methods (labkit.temperature, labkit.reference, labkit.token_filters,
+labkit.rewards.diversity, RL-PLUS's weights): the checkable properties of each, with the papers'
+own examples."""
 
 import itertools
 import math
@@ -7,18 +9,17 @@ import pytest
 import torch
 
 from labkit.config import TrainConfig
-from labkit.exploration import (
+from labkit.losses import focal_weight, mis_ratio
+from labkit.reference import mix_reference
+from labkit.rewards.diversity import dra_weights, ngram_embeddings
+from labkit.temperature import temperature_at
+from labkit.token_filters import (
     clip_cov_mask,
     covariance,
-    dra_weights,
     kl_cov_mask,
-    mix_reference,
-    ngram_embeddings,
-    temperature_at,
     token_filters,
     top_entropy_mask,
 )
-from labkit.losses import focal_weight, mis_ratio
 
 
 @pytest.mark.parametrize("schedule", ["linear", "cosine"])

@@ -1,4 +1,4 @@
-"""labkit.forward: the trainer's savings leave values and gradients as the textbook forward has
+"""labkit.engine.forward: the trainer's savings leave values and gradients as the textbook forward has
 them (shared prompts, length packing)."""
 
 import copy
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from labkit.config import preset
-from labkit.forward import (
+from labkit.engine.forward import (
     completion_outputs,
     critic_call,
     length_packed_micro_batches,

@@ -1,4 +1,4 @@
-"""labkit.judge and labkit.build_judge: the GenRM score, the reward's blindness to the answer, the
+"""labkit.rewards.judge and labkit.build_judge: the GenRM score, the reward's blindness to the answer, the
 shipped judge's agreement with the rule verifier, and a smoke build."""
 
 import json
@@ -10,7 +10,8 @@ import torch
 
 from labkit.build_judge import judge_examples
 from labkit.build_judge import main as build_judge_main
-from labkit.judge import (
+from labkit.models import TINY_MODEL_DIR, build_char_tokenizer
+from labkit.rewards.judge import (
     JUDGE_DIR,
     NO,
     YES,
@@ -21,7 +22,6 @@ from labkit.judge import (
     verdict_ids,
     yes_probability,
 )
-from labkit.models import TINY_MODEL_DIR, build_char_tokenizer
 
 #: The shipped judge's agreement with the verifier is measured by ``python -m labkit.build_judge``
 #: (build_info.json, ``held_out``: the eval split's add/sub problems, k = 4 samples of the tiny

@@ -1,11 +1,11 @@
-"""labkit.length_control: the checkable properties of each length method (Kimi k1.5 and K2, DLER,
+"""labkit.rewards.length: the checkable properties of each length method (Kimi k1.5 and K2, DLER,
 LASER), with the papers' own examples where they give one."""
 
 import pytest
 import torch
 
 from labkit.advantages import group_advantages
-from labkit.length_control import (
+from labkit.rewards.length import (
     budget_control_reward,
     difficulty_truncation_lengths,
     kimi_length_reward,

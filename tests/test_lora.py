@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from labkit.config import TrainConfig, preset
-from labkit.forward import completion_logprobs
+from labkit.engine.forward import completion_logprobs
 from labkit.lora import is_lora_model, merge_and_save, trainable_parameter_count
 from labkit.models import TINY_MODEL_DIR, load_policy
 from labkit.tasks import load_split, medium_cells

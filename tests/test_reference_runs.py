@@ -1,6 +1,10 @@
 """Reference runs: a spec trains, and its CSV holds one column per metric with the command on top."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
@@ -9,6 +13,8 @@ import pytest
 from labkit.models import TINY_MODEL_DIR
 from labkit.reference_runs import load_spec, run_history, run_spec
 from labkit.viz import load_run
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_run_history_keeps_one_copy_of_each_eval_column_and_step_zero():
@@ -63,16 +69,37 @@ def test_a_spec_names_its_rewards_and_its_eval_cells(tmp_path):
         "num_generations": 2, "max_completion_length": 16},
         "data": {"families": ["add"], "difficulties": [3]},
         "eval_data": {"families": ["add"], "difficulties": [1, 3]},
-        "reward_funcs": ["labkit.verifiers.format_only_reward"]}))
+        "reward_funcs": ["format_only"]}))
     df = load_run(run_spec(spec, threads=1))
     assert "reward_format_only" in df and "reward_accuracy" not in df
     assert {"eval_accuracy_add_d1", "eval_accuracy_add_d3"} <= set(df.columns)
 
 
-def test_a_reward_that_cannot_be_imported_is_named(tmp_path):
+def test_a_reward_outside_the_named_ones_is_refused_with_the_list(tmp_path):
     from labkit.reference_runs import reward_funcs
+    from labkit.rewards import NAMED_REWARDS
 
-    with pytest.raises(ValueError, match="labkit.verifiers.no_such_reward"):
-        reward_funcs({"reward_funcs": ["labkit.verifiers.no_such_reward"]}, "spec.json")
+    with pytest.raises(ValueError, match="is not one of the lab's named rewards") as refused:
+        reward_funcs({"reward_funcs": ["labkit.rewards.verifiers.no_such_reward"]}, "spec.json")
+    assert all(name in str(refused.value) for name in NAMED_REWARDS)
     with pytest.raises(ValueError, match="non-empty list"):
-        reward_funcs({"reward_funcs": "labkit.rewards.accuracy_reward"}, "spec.json")
+        reward_funcs({"reward_funcs": "accuracy"}, "spec.json")
+
+
+def test_a_spec_cannot_import_or_run_code(tmp_path):
+    """A shared spec once imported any dotted name (``"this.s"`` printed the Zen of Python, and a
+    ``helpers.py`` beside the spec ran). Now a name is a key: nothing is imported, nothing runs."""
+    marker = tmp_path / "ran.txt"
+    (tmp_path / "helpers.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\nx = 1\n")
+    for name in ("this.s", "helpers.x", "os.system", "labkit.rewards.accuracy_reward"):
+        spec = tmp_path / "spec.json"
+        spec.write_text(json.dumps({"preset": "grpo", "overrides": {"max_steps": 1},
+                                    "reward_funcs": [name]}))
+        done = subprocess.run([sys.executable, "-m", "labkit.reference_runs", str(spec)],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+        assert done.returncode != 0
+        assert "is not one of the lab's named rewards" in done.stderr
+        assert "Beautiful is better than ugly" not in done.stdout + done.stderr
+        assert not marker.exists()
+

@@ -20,14 +20,14 @@ import pytest
 import torch
 
 from labkit import config as config_module
-from labkit.checkpoint import CheckpointError, load_checkpoint, load_state
 from labkit.config import TrainConfig, preset
+from labkit.engine.checkpoint import CheckpointError, load_checkpoint, load_state
+from labkit.engine.run_control import guarded_optimizer_step
 from labkit.losses import aggregate, clipped_surrogate, entropy_bonus, policy_loss
 from labkit.metrics import StepStats
 from labkit.models import build_char_tokenizer, tiny_qwen_config
 from labkit.rewards import RewardFunctionError, combine_rewards_by_weight
 from labkit.rollout import prompt_text
-from labkit.run_control import guarded_optimizer_step
 from labkit.tasks import load_split
 from labkit.trainer import TIMING_COLUMNS, Trainer
 

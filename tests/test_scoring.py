@@ -1,12 +1,12 @@
-"""labkit.scoring: the rewards of a step's completions, on the batch's device."""
+"""labkit.engine.scoring: the rewards of a step's completions, on the batch's device."""
 
 from types import SimpleNamespace
 
 import torch
 
 from labkit.config import TrainConfig
+from labkit.engine.scoring import score_completions
 from labkit.rewards import accuracy_reward, format_reward
-from labkit.scoring import score_completions
 from labkit.tasks import load_split
 
 

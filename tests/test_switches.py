@@ -12,11 +12,11 @@ import torch
 
 from labkit.advantages import combine_rewards
 from labkit.config import preset
-from labkit.exploration import temperature_at
-from labkit.forward import completion_logprobs
-from labkit.length_control import length_shaped_rewards
+from labkit.engine.forward import completion_logprobs
 from labkit.models import build_char_tokenizer, tiny_qwen_config
+from labkit.rewards.length import length_shaped_rewards
 from labkit.tasks import load_split
+from labkit.temperature import temperature_at
 from labkit.trainer import Trainer
 
 SMALL = {"prompts_per_step": 4, "num_generations": 4, "max_completion_length": 16,

@@ -41,7 +41,7 @@ from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 from labkit.advantages import combine_rewards
 from labkit.logprobs import logprobs_and_entropy
 from labkit.losses import policy_loss
-from labkit.shaping import overlong_penalty
+from labkit.rewards.shaping import overlong_penalty
 from labkit.trl_bridge import TRL_METRICS
 
 D = torch.float64

@@ -1,9 +1,9 @@
-"""labkit.ttrl: TTRL's majority vote, its reward (blind to the true answer) and label accuracy."""
+"""labkit.rewards.ttrl: TTRL's majority vote, its reward (blind to the true answer) and label accuracy."""
 
 import pytest
 
 from labkit.rewards import accuracy_reward
-from labkit.ttrl import answer_key, label_accuracy_reward, majority_vote, ttrl_reward
+from labkit.rewards.ttrl import answer_key, label_accuracy_reward, majority_vote, ttrl_reward
 
 
 def done(answer: str) -> str:

@@ -1,11 +1,11 @@
-"""labkit.verifiers: what each lax verifier accepts that the strict one refuses, and partial credit."""
+"""labkit.rewards.verifiers: what each lax verifier accepts that the strict one refuses, and partial credit."""
 
 import functools
 
 import pytest
 
 from labkit.rewards import accuracy_reward, reward_function_names
-from labkit.verifiers import (
+from labkit.rewards.verifiers import (
     answer_anywhere_reward,
     digit_credit,
     digit_credit_reward,

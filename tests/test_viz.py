@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from labkit import viz, widgets
 from labkit.advantages import group_advantages, rloo_advantages
 from labkit.filters import gfpo_advantages, gfpo_filter
-from labkit.shaping import overlong_penalty
+from labkit.rewards.shaping import overlong_penalty
 
 matplotlib.use("Agg")
 
@@ -591,7 +591,7 @@ def test_token_temperature_figure_draws_labkit_probabilities_and_entropy_curve()
 
 
 def test_temperature_schedules_draw_labkit_temperature_at():
-    from labkit.exploration import temperature_at
+    from labkit.temperature import temperature_at
 
     fig = viz.plot_temperature_schedules(total_steps=50, start=1.2, final=0.8)
     try:
@@ -725,7 +725,7 @@ def _voted_samples():
 
 
 def test_majority_vote_groups_votes_like_the_ttrl_reward():
-    from labkit.ttrl import ttrl_reward
+    from labkit.rewards.ttrl import ttrl_reward
 
     samples = _voted_samples()
     votes = viz.majority_vote_groups(samples)

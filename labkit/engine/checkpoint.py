@@ -227,7 +227,7 @@ def check_same_run(saved: dict, config, directory) -> None:
         details = ", ".join(f"{n}: {saved.get(n)!r} -> {current.get(n)!r}" for n in changed[:6])
         raise ValueError(f"checkpoint {directory} was saved by a run with another configuration "
                          f"({details}); resuming would silently mix two runs. Resume with the "
-                         f"saved configuration (labkit.checkpoint.load_state(path)['config']) or "
+                         f"saved configuration (labkit.engine.checkpoint.load_state(path)['config']) or "
                          f"start a new run")
 
 

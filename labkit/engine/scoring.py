@@ -5,7 +5,7 @@ The trainer's step 2 (:meth:`labkit.trainer.Trainer.sample_and_score`) in plain 
 * :func:`score_completions`: the weighted reward functions (TRL's signature), then the shaping
   the configuration asks for, in this order: DRA-GRPO's diversity weights (arXiv 2505.09655,
   eq. 5), DAPO's soft overlong penalty (arXiv 2503.14476, eq. 13), a length reward
-  (:mod:`labkit.length_control`). Correctness is kept apart from the total: the history's
+  (:mod:`labkit.rewards.length`). Correctness is kept apart from the total: the history's
   ``accuracy`` is always the strict rule's, whatever the reward;
 * :func:`completion_embeddings`: DRA's embedding of each completion;
 * :func:`sampling_metrics`: reward, accuracy and length statistics over everything sampled in
@@ -20,12 +20,12 @@ import math
 
 import torch
 
-from labkit.exploration import dra_weights, ngram_embeddings
 from labkit.filters import dynamic_sampling_mask
-from labkit.length_control import length_shaped_rewards
 from labkit.models import FORMAT_TAGS
 from labkit.rewards import accuracy_reward, combine_rewards_by_weight, per_completion
-from labkit.shaping import overlong_penalty
+from labkit.rewards.diversity import dra_weights, ngram_embeddings
+from labkit.rewards.length import length_shaped_rewards
+from labkit.rewards.shaping import overlong_penalty
 from labkit.tasks import worked_solution
 
 

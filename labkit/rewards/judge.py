@@ -56,7 +56,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from labkit.rewards import completion_content
+from labkit.rewards.rule_based import completion_content
 from labkit.rollout import encode_prompts
 from labkit.tasks import data_dir
 

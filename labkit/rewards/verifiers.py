@@ -51,7 +51,12 @@ from __future__ import annotations
 
 import re
 
-from labkit.rewards import accuracy_reward, completion_content, extract_answer, format_reward
+from labkit.rewards.rule_based import (
+    accuracy_reward,
+    completion_content,
+    extract_answer,
+    format_reward,
+)
 from labkit.tasks import THINK_CLOSE, THINK_OPEN, check_answer
 
 __all__ = ["NUMERIC_FAMILIES", "answer_anywhere_reward", "digit_credit", "digit_credit_reward",

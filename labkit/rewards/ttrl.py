@@ -49,7 +49,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from labkit.rewards import completion_content, extract_answer
+from labkit.rewards.rule_based import completion_content, extract_answer
 from labkit.tasks import (
     CHECKABLE_FAMILIES,
     _int_or_none,

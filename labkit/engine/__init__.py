@@ -1,0 +1,14 @@
+"""The trainer's machinery: what no notebook needs to read to follow the algorithm.
+
+========================  ==========================================================================
+module                    what
+========================  ==========================================================================
+``forward.py``            the training forward: log-probs and entropies of completions, each
+                          distinct prompt run once and its KV cache shared, length-packed micro-batches
+``scoring.py``            rewards of a sampled round, the sampling metrics, context checks
+``run_control.py``        interrupts that never tear a step, random-state capture, the NaN-guarded
+                          optimizer step
+``checkpoint.py``         saving and resuming a run without running code from the files
+``data.py``               prompt datasets: what a train or eval split must hold
+========================  ==========================================================================
+"""

@@ -12,9 +12,9 @@ and 11.2 GiB peak RSS for the step; see :func:`test_one_grpo_step_at_the_qwen2_5
 import pytest
 import torch
 
-from labkit.engine import forward as forward_module
 from labkit import logprobs as logprobs_module
 from labkit.config import preset
+from labkit.engine import forward as forward_module
 from labkit.engine.run_control import peak_memory_mb
 from labkit.models import SHIPPED_CONFIGS, count_parameters, load_model_config, load_policy
 from labkit.tasks import load_split

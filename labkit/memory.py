@@ -147,7 +147,6 @@ __all__ = [
     "memory_plan",
     "model_parameters",
     "phase_totals",
-    "plot_memory_plan",
 ]
 
 GIB = 2**30
@@ -462,76 +461,20 @@ def gpu_table(plan: pd.DataFrame, gpus: Sequence[float] = GPU_SIZES_GIB) -> pd.D
     """
     total = float(plan.loc["total", "GiB"])
     rows = [{"gpu_GiB": float(g), "planned_GiB": total, "fits": total <= float(g),
-             "headroom_GiB": float(g) - total} for g in _gpu_sizes(gpus)]
+             "headroom_GiB": float(g) - total} for g in gpu_sizes(gpus)]
     return pd.DataFrame(rows)
 
 
 def gpu_fits(plan: pd.DataFrame, gpu: float) -> bool:
     """True when the planned total is at most ``gpu`` GiB."""
-    (size,) = _gpu_sizes([gpu])
+    (size,) = gpu_sizes([gpu])
     return float(plan.loc["total", "GiB"]) <= size
 
 
-def _gpu_sizes(gpus) -> list[float]:
+def gpu_sizes(gpus) -> list[float]:
     sizes = list(gpus)
     if not sizes or not all(isinstance(g, (int, float)) and not isinstance(g, bool)
                             and math.isfinite(g) and g > 0 for g in sizes):
         raise ValueError(f"gpus must be positive sizes in GiB (e.g. {GPU_SIZES_GIB}), got "
                          f"{gpus!r}")
     return [float(g) for g in sizes]
-
-
-def plot_memory_plan(plan: pd.DataFrame, gpus: Sequence[float] = GPU_SIZES_GIB, axes=None):
-    """The bill as stacked bars, one bar per phase of a step, GPU sizes as horizontal lines.
-
-    Each bar stacks the components live in that phase (GiB); the tallest bar is the plan's
-    total. Returns a :class:`matplotlib.figure.Figure` (object-oriented API, made at
-    :data:`labkit.viz.FIGURE_DPI`); pass ``axes=`` to draw into axes of your own.
-    """
-    import numpy as np
-    from matplotlib.figure import Figure
-
-    from labkit.viz import FIGURE_DPI
-
-    if "total" not in plan.index or "phases" not in plan.columns:
-        raise ValueError("plan must be a table returned by memory_plan")
-    sizes = _gpu_sizes(gpus) if gpus else []
-    if axes is None:
-        fig = Figure(figsize=(8.4, 3.8), dpi=FIGURE_DPI, layout="constrained")
-        ax = fig.subplots()
-    else:
-        ax, fig = axes, axes.figure
-    parts = plan.drop(index="total")
-    parts = parts[parts["bytes"] > 0]
-    x = np.arange(len(PHASES))
-    bottom = np.zeros(len(PHASES))
-    colors = _component_colors(parts.index)
-    for name, row in parts.iterrows():
-        heights = np.array([row["GiB"] if phase in row["phases"] else 0.0 for phase in PHASES])
-        ax.bar(x, heights, 0.6, bottom=bottom, label=name, color=colors[name])
-        bottom += heights
-    top = float(bottom.max())
-    for size in sizes:
-        ax.axhline(size, color="0.35", lw=0.9, ls="--")
-        label = ax.annotate(f"{size:g} GiB GPU", (0.995, size), xycoords=("axes fraction", "data"),
-                    xytext=(0, 2), textcoords="offset points", ha="right", va="bottom",
-                    fontsize="small", color="0.3")
-        label.set_in_layout(False)  # a label off the y-range must not squeeze the axes
-    visible = [g for g in sizes if g <= 1.6 * max(top, 1e-9)]
-    ax.set_ylim(0, max([top * 1.1, *(g * 1.05 for g in visible)]))
-    ax.set_xticks(x, ["sampling", "train\n(forward + backward)", "optimizer step"])
-    ax.set_ylabel("memory (GiB)")
-    ax.set_title(f"planned peak {plan.loc['total', 'GiB']:.2f} GiB ({plan.loc['total', 'phases']})",
-                 fontsize="medium")
-    # legend beside the axes, outside the data (labkit.viz's convention), top segment first
-    handles, labels = ax.get_legend_handles_labels()
-    ax.legend(handles[::-1], labels[::-1], loc="upper left", bbox_to_anchor=(1.02, 1.0),
-              borderaxespad=0, fontsize="small")
-    return fig
-
-
-def _component_colors(names) -> dict[str, tuple]:
-    from matplotlib import colormaps
-
-    cmap = colormaps["tab20"]
-    return {name: cmap(k % 20) for k, name in enumerate(names)}

@@ -31,7 +31,7 @@ builder                           figure (in :mod:`labkit.viz`)
 ``runs_widget``                   ``plot_runs``
 ``temperature_widget``            ``plot_token_temperature``
 ``surrogate_weights_widget``      ``plot_surrogate_weights``
-``memory_plan_widget``            ``labkit.memory.plot_memory_plan``
+``memory_plan_widget``            ``labkit.viz.plot_memory_plan``
 ``majority_vote_widget``          ``plot_majority_vote``
 ``sampling_weights_widget``       ``plot_sampling_weights``
 ``pass_at_k_widget``              ``plot_pass_at_k``
@@ -591,7 +591,7 @@ def memory_plan_figure(model: str = "Qwen/Qwen2.5-0.5B-Instruct", num_generation
                        lora_dropout: float = 0.05, gradient_checkpointing: bool = False,
                        beta: float = 0.0, gpus: Sequence[float] = (16, 24, 40, 80)) -> Figure:
     """The memory bill of one GRPO step on a GPU (``labkit.memory.memory_plan`` with
-    ``device="cuda"``), drawn by ``labkit.memory.plot_memory_plan`` with the GPU sizes marked.
+    ``device="cuda"``), drawn by ``labkit.viz.plot_memory_plan`` with the GPU sizes marked.
 
     The run is ``preset("grpo")`` with these fields; a ``micro_batch_size`` above the step's
     completions (``num_generations x prompts_per_step``) is lowered to it. With ``use_peft`` the
@@ -600,7 +600,8 @@ def memory_plan_figure(model: str = "Qwen/Qwen2.5-0.5B-Instruct", num_generation
     the backward pass, which the planner counts.
     """
     from labkit.config import preset
-    from labkit.memory import memory_plan, plot_memory_plan
+    from labkit.memory import memory_plan
+    from labkit.viz import plot_memory_plan
 
     completions = num_generations * prompts_per_step
     config = preset("grpo", num_generations=num_generations, prompts_per_step=prompts_per_step,

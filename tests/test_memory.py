@@ -16,9 +16,9 @@ from labkit.memory import (
     lora_trainable_parameters,
     memory_plan,
     phase_totals,
-    plot_memory_plan,
 )
 from labkit.models import SHIPPED_CONFIGS, count_parameters, load_model_config
+from labkit.viz import plot_memory_plan
 
 SMALL = {"prompts_per_step": 2, "num_generations": 2, "max_completion_length": 16}
 

@@ -2,6 +2,7 @@
 
 import math
 import sys
+from pathlib import Path
 
 import ipywidgets
 import matplotlib
@@ -321,14 +322,14 @@ def test_figures_render_as_png_in_ipython():
 
     shell = InteractiveShell.instance()
     try:
-        viz._enable_notebook_display()
+        viz.enable_notebook_display()
         fig = viz.plot_overlong_penalty()
         data, _ = shell.display_formatter.format(fig)
         assert data["image/png"][:8] == b"\x89PNG\r\n\x1a\n"
         plt.close(fig)
         # A six-panel run figure (notebook 02) as the notebook stores it: at FIGURE_DPI, as wide
         # as the notebook column, not 1271 px and 300 kB as at matplotlib's default 100 dpi.
-        runs = {name: viz.load_run(viz.Path(__file__).parent.parent / "data" / "runs" / "02_grpo"
+        runs = {name: viz.load_run(Path(__file__).parent.parent / "data" / "runs" / "02_grpo"
                                    / f"{name}.csv") for name in ("grpo", "ppo")}
         fig = viz.plot_runs(runs, ("accuracy", "completion_length", "entropy", "kl_old",
                                    "frac_reward_zero_std", "clip_region"), smooth=10)

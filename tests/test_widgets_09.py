@@ -1,6 +1,6 @@
 """Notebook 09's memory-planner widget (labkit.widgets.memory_plan_widget): headless and fast.
 
-The widget draws :func:`labkit.memory.plot_memory_plan` of :func:`labkit.memory.memory_plan`;
+The widget draws :func:`labkit.viz.plot_memory_plan` of :func:`labkit.memory.memory_plan`;
 these tests check that what it draws is that plan (the tallest bar is the planned total), that
 its controls move the bill the way the planner says they should, and that its layout rules hold
 (a control that does not apply is disabled, a range that depends on another follows it).

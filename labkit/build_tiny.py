@@ -35,12 +35,14 @@ import torch
 
 from labkit.models import TINY_MODEL_DIR, build_char_tokenizer, count_parameters, tiny_qwen_config
 from labkit.sft import encode_sft, fit, length_bucketed_batches, sft_optimizer
+from labkit.tasks import WARM_START_STYLE_WEIGHTS
 
 __all__ = ["STYLE_WEIGHTS", "build", "encode_sft", "length_bucketed_batches", "main",
            "save_tokenizer", "warm_start"]
 
-#: Mix of solution styles in the warm-start data (see labkit.tasks.solution_text).
-STYLE_WEIGHTS = {"direct": 0.45, "worked": 0.4, "verbose": 0.15}
+#: Mix of solution styles in the warm-start data (see labkit.tasks.solution_text); defined in
+#: labkit.tasks, where the PTX loss reads it too.
+STYLE_WEIGHTS = WARM_START_STYLE_WEIGHTS
 
 
 def warm_start(model, tokenizer, *, steps: int, batch_size: int, lr: float, seed: int,

@@ -164,3 +164,19 @@ def evaluate(model, tokenizer, dataset, *, k: int = 4, temperature: float = 1.0,
                              prompts_per_batch=prompts_per_batch)
     table = summarize(samples)
     return (table, samples) if return_samples else table
+
+
+def eval_metrics(table) -> dict:
+    """A training history's ``eval_*`` columns from an :func:`evaluate` table: the overall
+    accuracy, pass@k, length, format rate and truncation, and the accuracy of each (family,
+    difficulty) cell when there are several, so a run shows what it gains and where it forgets."""
+    overall = table[table["family"] == "all"].iloc[0]
+    row = {"eval_accuracy": float(overall["accuracy"]),
+           "eval_pass@k": float(overall["pass@k"]), "eval_length": float(overall["length"]),
+           "eval_format_rate": float(overall["format_rate"]),
+           "eval_truncation": float(overall["truncation"])}
+    cells = table[table["family"] != "all"]
+    if len(cells) > 1:
+        row.update({f"eval_accuracy_{c.family}_d{c.difficulty}": float(c.accuracy)
+                    for c in cells.itertuples()})
+    return row

@@ -242,3 +242,23 @@ def _check_group_filters(config) -> None:
     if config.num_remains_in_group is not None and config.gfpo_adaptive_k is not None:
         raise ValueError("gfpo_adaptive_k gives each prompt its own k and replaces "
                          "num_remains_in_group: set one of them, not both")
+
+
+class AdaptiveGFPO:
+    """Adaptive-difficulty GFPO's memory (arXiv 2508.09726, Algorithm 2): every group mean reward
+    seen so far, whose quartiles sort a new prompt into very hard, hard, medium or easy.
+
+    ``mean_rewards`` is what a checkpoint saves to resume the same k's."""
+
+    def __init__(self, adaptive_k: tuple[int, int, int, int], num_generations: int):
+        self.adaptive_k, self.num_generations = adaptive_k, num_generations
+        self.mean_rewards: list[float] = []
+
+    def num_remains(self, rewards: torch.Tensor) -> torch.Tensor:
+        """Per-prompt k (P,) for a batch of rewards (N,), this step's groups included in the
+        quartiles."""
+        means = rewards.view(-1, self.num_generations).nanmean(-1)
+        self.mean_rewards += means.tolist()
+        history = torch.tensor(self.mean_rewards, dtype=torch.float32)
+        quartiles = difficulty_quartiles(history[~torch.isnan(history)], min_count=4)
+        return adaptive_num_remains(means.cpu(), quartiles, self.adaptive_k).to(rewards.device)

@@ -249,7 +249,7 @@ def load_policy(
         config = AutoConfig.from_pretrained(shipped or path)
         model = AutoModelForCausalLM.from_config(config, dtype=dt, **kwargs)
     else:
-        model = _quietly(AutoModelForCausalLM.from_pretrained, path, dtype=dt, **kwargs)
+        model = quietly(AutoModelForCausalLM.from_pretrained, path, dtype=dt, **kwargs)
     model.to(dev)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable()
@@ -261,7 +261,7 @@ def load_policy(
     return model, tokenizer
 
 
-def _quietly(load, *args, **kwargs):
+def quietly(load, *args, **kwargs):
     """Call a ``from_pretrained`` without its per-file progress bar (noise in a notebook cell for
     a model that loads in a blink); the bar setting is restored afterwards."""
     from transformers.utils import logging as hf_logging

@@ -13,7 +13,7 @@ mixing ratio it used for reasoning RL; the lab's default ``ptx_coef`` is 0 (off)
 
 Where the lab departs from the papers: :math:`D_{ptx}` is the tiny Qwen's own warm-start
 distribution (:func:`labkit.tasks.sft_examples`, the solution styles of
-:data:`labkit.build_tiny.STYLE_WEIGHTS`, every family and difficulty, never an eval question),
+:data:`labkit.tasks.WARM_START_STYLE_WEIGHTS`, every family and difficulty, never an eval question),
 not pretraining text; that is the data whose skills the RL run on a few cells may erode.
 The term is computed at temperature 1 on its own forward, so it is independent of the rollouts.
 
@@ -61,11 +61,10 @@ class PTXData:
 
     def __init__(self, batch_size: int, seed: int = 0, pool_size: int = 4096,
                  examples=None):
-        from labkit.build_tiny import STYLE_WEIGHTS
-        from labkit.tasks import sft_examples
+        from labkit.tasks import WARM_START_STYLE_WEIGHTS, sft_examples
 
         if examples is None:
-            examples = sft_examples(pool_size, seed=seed, style_weights=STYLE_WEIGHTS)
+            examples = sft_examples(pool_size, seed=seed, style_weights=WARM_START_STYLE_WEIGHTS)
         self.examples = list(examples)
         if not self.examples:
             raise ValueError("PTX data is empty: give at least one {'prompt', 'completion'} dict")

@@ -53,6 +53,24 @@ class StallTrigger:
         return True
 
 
+def move_reference(trainer) -> dict:
+    """After an update: TR-DPO's soft sync every ``ref_model_sync_steps`` optimizer steps, and
+    ProRL's periodic hard reset. Returns the ``ref_sync``/``ref_reset`` events of the step."""
+    cfg = trainer.config
+    events = {}
+    if cfg.sync_ref_model:
+        before = trainer.optimizer_steps
+        trainer.optimizer_steps += cfg.num_iterations * cfg.num_mini_batches
+        if trainer.optimizer_steps // cfg.ref_model_sync_steps > \
+                before // cfg.ref_model_sync_steps:
+            mix_reference(trainer.model, trainer.ref_model, cfg.ref_model_mixup_alpha)
+            events["ref_sync"] = 1
+    if cfg.ref_reset_every and (trainer.step + 1) % cfg.ref_reset_every == 0:
+        reset_reference(trainer.model, trainer.ref_model, trainer.optimizer)
+        events["ref_reset"] = 1
+    return events
+
+
 @config_rule
 def _check_reference_moves(config) -> None:
     if ((config.ref_reset_every or config.ref_reset_patience or config.sync_ref_model)

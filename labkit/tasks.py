@@ -63,6 +63,9 @@ EVAL_SEED = 0
 TRAIN_SIZE = 2000
 EVAL_PER_CELL = 10  # eval rows per family x difficulty
 DEFAULT_STYLE_WEIGHTS = {"direct": 0.4, "worked": 0.4, "verbose": 0.2}
+#: The style mix the shipped tiny Qwen was warm-started on (``python -m labkit.build_tiny``), which
+#: the PTX loss replays (:mod:`labkit.ptx`).
+WARM_START_STYLE_WEIGHTS = {"direct": 0.45, "worked": 0.4, "verbose": 0.15}
 
 # countdown: (how many numbers, smallest, largest, largest allowed target) per difficulty
 _COUNTDOWN_LEVELS = {1: (2, 1, 9, 81), 2: (3, 1, 9, 200), 3: (3, 2, 25, 500), 4: (4, 1, 12, 500)}

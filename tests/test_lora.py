@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from labkit.config import TrainConfig, preset
-from labkit.engine.forward import completion_logprobs
+from labkit.engine.forward import completion_logprobs, no_grad_outputs
 from labkit.lora import is_lora_model, merge_and_save, trainable_parameter_count
 from labkit.models import TINY_MODEL_DIR, load_policy
 from labkit.tasks import load_split, medium_cells
@@ -77,13 +77,14 @@ def test_reference_is_the_base_model_with_adapters_disabled(tiny):
     trainer.training_step()  # adapters are non-zero from here on
     batch, _ = trainer.sample_and_score()
     trainer.score_forwards(batch)
-    temperature, share = trainer.temperature, trainer._share_prompts
-    expected = trainer._no_grad(batch, lambda mb: completion_logprobs(base, mb, temperature,
-                                                                      share))
+    temperature, share = trainer.temperature, True
+    expected = no_grad_outputs(batch, lambda mb: completion_logprobs(base, mb, temperature,
+                                                                     share), trainer.micro_batches)
     mask = batch.completion_mask.bool()
     assert torch.equal(batch.ref_logp[mask], expected[mask])  # bit for bit
-    adapted = trainer._no_grad(batch, lambda mb: completion_logprobs(trainer.model, mb,
-                                                                     temperature, share))
+    adapted = no_grad_outputs(batch, lambda mb: completion_logprobs(trainer.model, mb,
+                                                                    temperature, share),
+                              trainer.micro_batches)
     assert not torch.equal(adapted[mask], expected[mask])  # the policy is not the reference
 
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from labkit.config import TrainConfig, preset
+from labkit.engine.sampling import synced_sampling_model
 from labkit.mismatch import MODES, mismatch_metrics, mismatch_weights
 from labkit.models import TINY_MODEL_DIR, load_policy
 from labkit.tasks import load_split
@@ -156,6 +157,6 @@ def test_a_bfloat16_sampler_shows_a_gap_that_the_correction_weighs(mode):
     assert (history["is_corrected_frac"] > 0).any()
     assert (history["is_corrected_frac"] < 1).all()
     # the sampler follows the trainer: after the run, its weights are the policy's (cast)
-    trainer._synced_sampling_model()
+    synced_sampling_model(trainer)
     for a, b in zip(trainer.sampling_model.parameters(), trainer.model.parameters(), strict=True):
         assert torch.equal(a, b.to(torch.bfloat16))

@@ -129,12 +129,12 @@ def test_gdpo_switch_gives_the_decoupled_advantages(base):
 def test_adaptive_gfpo_keeps_more_of_the_harder_groups(base):
     trainer = make_trainer(base, num_generations=8, gfpo_adaptive_k=(6, 5, 3, 2),
                            prompts_per_step=8)
-    trainer._gfpo_mean_rewards = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]  # a warm history
+    trainer.adaptive_gfpo.mean_rewards = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]  # warm
     batch, _ = trainer.sample_and_score()
     trainer.compute_advantages(batch)
-    assert len(trainer._gfpo_mean_rewards) == 16  # this step's group means were recorded
+    assert len(trainer.adaptive_gfpo.mean_rewards) == 16  # this step's group means recorded
     means = batch.rewards.view(8, 8).mean(-1)
-    k = trainer._gfpo_k(batch.rewards)
+    k = trainer.adaptive_gfpo.num_remains(batch.rewards)
     assert set(k.tolist()) <= {6, 5, 3, 2}
     order = means.argsort()  # hardest (lowest mean) first: k never grows with the mean
     assert (k[order].diff() <= 0).all()

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -41,7 +42,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from labkit.models import _quietly
+from labkit.models import quietly
 
 STATE_FILE = "trainer_state.pt"
 MANIFEST_FILE = "manifest.json"
@@ -59,7 +60,7 @@ def save_checkpoint(directory, *, model, tokenizer, state: dict, history: pd.Dat
     if partial.exists():
         shutil.rmtree(partial)
     partial.mkdir(parents=True)
-    _quietly(model.save_pretrained, partial / "model")  # no progress bar per checkpoint
+    quietly(model.save_pretrained, partial / "model")  # no progress bar per checkpoint
     tokenizer.save_pretrained(partial / "model")
     if value_model is not None:
         torch.save(value_model.state_dict(), partial / "value_model.pt")
@@ -238,3 +239,46 @@ def _as_tuple(value):
 
 __all__ = ["RESUMABLE_CHANGES", "CheckpointError", "check_same_run", "load_checkpoint",
            "load_state", "save_checkpoint", "verify_checkpoint"]
+
+
+def save_trainer(trainer, directory) -> Path:
+    """Save everything a :class:`labkit.trainer.Trainer` needs to resume, atomically."""
+    from labkit.engine.run_control import capture_rng
+
+    state = {"step": trainer.step, "optimizer": trainer.optimizer.state_dict(),
+             "scheduler": trainer.scheduler.state_dict(), "rng": capture_rng(trainer.generator),
+             "sampler": trainer.sampler.state_dict(),
+             "nonfinite_streak": trainer.nonfinite_streak,
+             "gfpo_mean_rewards": (list(trainer.adaptive_gfpo.mean_rewards)
+                                   if trainer.adaptive_gfpo else []),
+             "optimizer_steps": trainer.optimizer_steps,
+             "best_eval": [trainer.stall.best, trainer.stall.since_best],
+             "config": trainer.config.to_dict()}
+    return save_checkpoint(directory, model=trainer.model, tokenizer=trainer.tokenizer,
+                           state=state, history=trainer.history,
+                           eval_history=trainer.eval_history, value_model=trainer.value_model,
+                           ref_model=trainer.ref_model)
+
+
+def restore_trainer(trainer, directory) -> None:
+    """Restore a :func:`save_trainer` folder into ``trainer`` (weights, optimizer, scheduler,
+    random states, data position, history); refuses a checkpoint whose run had a different
+    configuration in any field outside :data:`RESUMABLE_CHANGES`."""
+    from labkit.engine.run_control import restore_rng
+
+    check_same_run(load_state(directory).get("config", {}), trainer.config, directory)
+    state, history, eval_history = load_checkpoint(
+        directory, model=trainer.model, value_model=trainer.value_model,
+        ref_model=trainer.ref_model, verify=False)
+    trainer.optimizer.load_state_dict(state["optimizer"])
+    trainer.scheduler.load_state_dict(state["scheduler"])
+    restore_rng(state["rng"], trainer.generator)
+    trainer.sampler.load_state_dict(state["sampler"])
+    trainer.step = state["step"]
+    trainer.nonfinite_streak = state["nonfinite_streak"]
+    if trainer.adaptive_gfpo is not None:
+        trainer.adaptive_gfpo.mean_rewards = list(state.get("gfpo_mean_rewards", []))
+    trainer.optimizer_steps = state.get("optimizer_steps", 0)
+    trainer.stall.best, trainer.stall.since_best = state.get("best_eval", [-math.inf, 0])
+    trainer.rows = history.to_dict("records")
+    trainer.eval_rows = eval_history.to_dict("records")

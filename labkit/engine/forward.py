@@ -24,6 +24,8 @@ import torch
 
 from labkit.compat import cache_kwargs
 from labkit.logprobs import logprobs_and_entropy, token_logprobs
+from labkit.lora import adapters_disabled
+from labkit.mismatch import mismatch_metrics, mismatch_weights
 
 #: What one extra forward + backward costs, in padded tokens' worth of compute: on a CPU the tiny
 #: model's per-call overhead is small next to its per-token cost; on a GPU kernel launches
@@ -133,3 +135,88 @@ def length_packed_micro_batches(prompt_lengths: torch.Tensor, completion_lengths
 __all__ = ["FORWARD_COST_IN_TOKENS", "completion_logprobs", "completion_logprobs_and_entropy",
            "completion_outputs", "completion_values", "critic_call", "length_packed_micro_batches",
            "plain_forward", "policy_call", "shared_prompt_forward"]
+
+
+def micro_batches(batch, rows: torch.Tensor, micro_batch_size: int | None,
+                  local_aggregation: bool = False) -> list[torch.Tensor]:
+    """``rows`` of ``batch`` in micro-batches of at most ``micro_batch_size``, packed by length;
+    a loss whose aggregation is local to a micro-batch (bnpo) keeps TRL's plain split."""
+    if local_aggregation:
+        cap = micro_batch_size or max(len(rows), 1)
+        return list(rows.split(cap)) if len(rows) else []
+    packs = length_packed_micro_batches(batch.prompt_mask.sum(-1)[rows],
+                                        batch.completion_mask.sum(-1)[rows],
+                                        micro_batch_size, rows.device.type)
+    return [rows[pack] for pack in packs]
+
+
+def no_grad_outputs(batch, forward, split) -> torch.Tensor:
+    """Run ``forward`` on the micro-batches ``split(batch, rows)`` gives, under inference mode;
+    (B, L) result, 0 on padding."""
+    everything = torch.arange(len(batch), device=batch.completion_ids.device)
+    with torch.inference_mode():
+        pieces = [(rows, forward(batch.select(rows).trimmed()))
+                  for rows in split(batch, everything)]
+    out = batch.sample_logp.new_zeros(batch.completion_ids.shape)
+    for rows, piece in pieces:
+        out[rows, :piece.size(1)] = piece
+    return out
+
+
+def rows_with_gradient(batch, config, critic: bool = False) -> torch.Tensor:
+    """Bool (B,): the rows whose loss terms can be non-zero.
+
+    A row with an empty loss mask contributes nothing; a row with zero advantage contributes
+    nothing unless a KL-in-loss, an entropy bonus or a critic gives it a term. The other rows
+    still count in the global normalisers, so leaving them out changes no gradient; only a loss
+    whose aggregation is local to a micro-batch (bnpo) depends on which rows share one, so it
+    keeps every row.
+    """
+    from labkit.losses import LOCAL_AGGREGATIONS, get_loss_type
+
+    if get_loss_type(config.loss_type).aggregation in LOCAL_AGGREGATIONS:
+        return torch.ones(len(batch), dtype=torch.bool, device=batch.loss_mask.device)
+    has_tokens = batch.loss_mask.any(-1)
+    if critic or config.entropy_coef != 0 or (config.beta != 0 and not config.kl_in_reward):
+        return has_tokens
+    advantages = batch.advantages
+    nonzero = advantages != 0 if advantages.dim() == 1 else (advantages != 0).any(-1)
+    return has_tokens & nonzero
+
+
+def score_forwards(trainer, batch) -> dict:
+    """The trainer's step 3: the no-grad forwards its update needs, and only those: the behaviour
+    policy's log-probs when the update is off-policy (or demonstrations or the sampler mismatch
+    need them), the reference's when ``beta != 0`` (with LoRA, the policy with its adapters off),
+    the critic's values for PPO. Returns the sampler/trainer mismatch metrics when the
+    correction is on (else ``{}``)."""
+    cfg = trainer.config
+    if len(batch) == 0:
+        return {}
+    temperature = trainer.temperature
+    share = not cfg.gradient_checkpointing  # checkpointing recomputes without the shared cache
+    # demonstrations were not sampled by the policy: the old policy must score them; the
+    # mismatch correction compares the trainer's old log-probs with the sampler's (TRL)
+    if (cfg.off_policy or cfg.rlplus_demonstrations
+            or cfg.vllm_importance_sampling_correction):
+        batch.old_logp = no_grad_outputs(batch, lambda mb: completion_logprobs(
+            trainer.model, mb, temperature, share), trainer.micro_batches)
+        if cfg.rlplus_demonstrations:  # their "sampling" log-probs are the old policy's
+            demo = batch.demonstrations[:, None]
+            batch.sample_logp = torch.where(demo, batch.old_logp, batch.sample_logp)
+    if cfg.needs_reference:  # LoRA: the policy itself with its adapters off
+        with adapters_disabled(trainer.ref_model if trainer.ref_model is not None
+                               else trainer.model) as reference:
+            batch.ref_logp = no_grad_outputs(batch, lambda mb: completion_logprobs(
+                reference, mb, temperature, share), trainer.micro_batches)
+    if trainer.value_model is not None:
+        batch.values = no_grad_outputs(batch, lambda mb: completion_values(
+            trainer.value_model, mb, share), trainer.micro_batches)
+    if not cfg.vllm_importance_sampling_correction:
+        return {}
+    mode = cfg.vllm_importance_sampling_mode
+    batch.is_weights, corrected = mismatch_weights(
+        batch.old_logp, batch.sample_logp, batch.completion_mask, mode,
+        cfg.vllm_importance_sampling_clip_max, cfg.vllm_importance_sampling_clip_min)
+    return mismatch_metrics(batch.old_logp, batch.sample_logp, batch.completion_mask,
+                            batch.is_weights, corrected, mode)

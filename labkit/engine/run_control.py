@@ -145,3 +145,10 @@ def guarded_optimizer_step(optimizer, scheduler, named_params, max_grad_norm: fl
 
 __all__ = ["InterruptGuard", "capture_rng", "guarded_optimizer_step", "peak_memory_mb",
            "restore_rng"]
+
+
+def finite_where(mask, *tensors) -> bool:
+    """True when every given tensor is finite at the mask's valid positions (one device sync)."""
+    m = mask.bool()
+    return bool(torch.stack([torch.isfinite(torch.where(m, t, 0)).all()
+                             for t in tensors if t is not None]).all())

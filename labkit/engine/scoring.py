@@ -17,6 +17,7 @@ The trainer's step 2 (:meth:`labkit.trainer.Trainer.sample_and_score`) in plain 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -89,17 +90,34 @@ def completion_embeddings(model, rollout, kind: str) -> torch.Tensor:
     return ((hidden * mask).sum(1) / mask.sum(1).clamp(min=1)).float()
 
 
-def sampling_metrics(sampled, reward_names, num_generations: int, temperature: float) -> dict:
-    """The history's sampling columns over every round of a step.
+@dataclass(frozen=True)
+class SampledRound:
+    """What one sampling round of a step produced, before any group was dropped (the history's
+    sampling metrics count every round). N completions, K reward functions."""
 
-    ``sampled`` holds one ``(per_function (N, K), totals (N,), correct (N,), lengths (N,),
-    truncated (N,), families [N])`` tuple per sampling round.
-    """
+    per_function: torch.Tensor
+    """(N, K) each reward function's reward (NaN where it returned None)"""
+    totals: torch.Tensor
+    """(N,) the weighted total reward"""
+    correct: torch.Tensor
+    """(N,) strict accuracy (NaN where it cannot judge)"""
+    lengths: torch.Tensor
+    """(N,) completion lengths in tokens"""
+    truncated: torch.Tensor
+    """(N,) bool: no end-of-turn within the budget"""
+    families: list
+    """[N] task family of each completion's prompt (None when the data has none)"""
+
+
+def sampling_metrics(rounds: list[SampledRound], reward_names, num_generations: int,
+                     temperature: float) -> dict:
+    """The history's sampling columns over every round of a step."""
     per_function, totals, accuracy, lengths, truncated = (
-        torch.cat([s[i].cpu() for s in sampled]) for i in range(5))
-    families = [f for s in sampled for f in s[5]]
-    informative = torch.cat([dynamic_sampling_mask(s[1].cpu(), num_generations)
-                             for s in sampled])
+        torch.cat([getattr(r, name).cpu() for r in rounds])
+        for name in ("per_function", "totals", "correct", "lengths", "truncated"))
+    families = [f for r in rounds for f in r.families]
+    informative = torch.cat([dynamic_sampling_mask(r.totals.cpu(), num_generations)
+                             for r in rounds])
     row = {"reward": nanmean(totals), "reward_std": nanstd(totals)}
     for k, name in enumerate(reward_names):
         row[f"reward_{name}"] = nanmean(per_function[:, k])

@@ -64,7 +64,7 @@ from labkit.losses.aggregation import AGGREGATIONS, LOCAL_AGGREGATIONS, aggregat
 from labkit.losses.cispo import cispo_surrogate
 from labkit.losses.clipped import clipped_surrogate, no_clip_surrogate
 from labkit.losses.kl import KL_ESTIMATORS, kl_estimate
-from labkit.losses.policy import policy_loss
+from labkit.losses.policy import policy_loss, policy_loss_settings
 from labkit.losses.ratios import (
     IMPORTANCE_SAMPLING_LEVELS,
     gspo_token_log_ratio,
@@ -109,6 +109,7 @@ __all__ = [
     "mis_ratio",
     "no_clip_surrogate",
     "policy_loss",
+    "policy_loss_settings",
     "register_policy_loss",
     "rlplus_surrogate",
     "sapo_surrogate",

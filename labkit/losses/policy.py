@@ -3,6 +3,8 @@ entropy, and the clip metrics, as TRL's ``GRPOTrainer._compute_loss`` composes t
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from labkit.losses.aggregation import aggregate
@@ -265,3 +267,21 @@ def _ratio_metrics(log_w, token_lr, adv, m, loss, epsilon, epsilon_high, dual_cl
         "ratio_max": torch.where(has_valid, torch.where(m, w, -torch.inf).amax(), 1),
         "ratio_std": masked_mean((w - mean) ** 2, m).sqrt(),
     }
+
+
+def policy_loss_settings(config) -> dict:
+    """:func:`policy_loss`'s keywords that come from a :class:`~labkit.config.TrainConfig`: the
+    shared ones and the loss type's own options (what the trainer passes, beside the batch).
+    KL-Cov replaces the clip by its penalty, so it opens the band; a KL in the reward leaves the
+    loss without one."""
+    loss = get_loss_type(config.loss_type)
+    unclipped = config.cov_penalty == "kl_cov"
+    return {"loss_type": config.loss_type,
+            "importance_sampling_level": config.importance_sampling_level,
+            "epsilon": math.inf if unclipped else config.epsilon,
+            "epsilon_high": math.inf if unclipped else config.epsilon_high,
+            "beta": 0.0 if config.kl_in_reward else config.beta,
+            "kl_estimator": config.kl_estimator,
+            "use_bias_correction_kl": config.use_bias_correction_kl,
+            "max_completion_length": config.max_completion_length,
+            "entropy_coef": config.entropy_coef, **loss.options_from(config)}

@@ -4,8 +4,32 @@ One direction of data flow, one concept per module:
 
     config -> tasks, rewards -> rollout -> advantages, filters -> logprobs, losses -> trainer -> viz
 
-Every function a notebook shows is importable from here, so a learner can call the loss or the
-advantage estimator on a hand-made tensor, and the trainer uses exactly the same code.
+Where things live:
+
+=============================  ===================================================================
+taught (notebooks call them)   ``losses/`` (one file per surrogate family), ``advantages/`` (one
+                               file per estimator), ``rewards/`` (rule-checked rewards and their
+                               families), ``filters``, ``temperature``, ``reference``,
+                               ``token_filters``, ``logprobs``, ``rollout``, ``tasks``, ``models``,
+                               ``lora``, ``mismatch``, ``memory``, ``ptx``, ``rft``, ``evaluate``,
+                               ``grpo_minimal`` (GRPO on one screen), ``agents/`` (tools and
+                               multi-turn episodes)
+the run                        ``config`` (every knob, validated; presets), ``trainer`` (the
+                               algorithm box), ``engine/`` (its machinery: no notebook needs it),
+                               ``rules``/``methods`` (each method's config rules)
+teaching tools                 ``viz/``, ``widgets``, ``exercises``, ``doctor``, ``catalog``
+commands (``python -m``)       ``labkit.check``, ``labkit.tasks``, ``labkit.build_tiny``,
+                               ``labkit.build_judge``, ``labkit.reference_runs``, ``labkit.bench``,
+                               ``labkit.bench_memory``, ``labkit.trl_train``,
+                               ``labkit.section_times``
+TRL both ways                  ``trl_bridge`` (a lab recipe to TRL)
+the environment                ``compat`` (version floors, transformers' dialects), ``cpu``
+                               (threads within a container's quota)
+=============================  ===================================================================
+
+Import what a notebook shows from its module (``from labkit.losses import policy_loss``); the
+trainer calls exactly the same functions. A new loss or estimator is one file in ``losses/`` or
+``advantages/`` that registers itself (``CONTRIBUTING.md``).
 """
 
 __version__ = "0.1.0"

@@ -89,8 +89,8 @@ def inert_clip_higher_message(config) -> str:
 class TrainConfig:
     """All settings of a run; ``TrainConfig()`` is the lab's GRPO (``preset("grpo")``).
 
-    Each field's comment below is its documentation (``help(TrainConfig)`` does not show them; read
-    the source or :data:`FIELD_DOCS`).
+    Each field's comment in the source is its documentation; ``help(TrainConfig)`` lists them all
+    (appended below from :data:`FIELD_DOCS`).
     """
 
     # ---- model and machine ----------------------------------------------------------------------
@@ -228,9 +228,11 @@ class TrainConfig:
 
     # ---- policy loss -----------------------------------------------------------------------------
     loss_type: str = "grpo"
-    """aggregation: grpo (mean per sequence, then over sequences), bnpo (token mean per
-    micro-batch), dr_grpo (sum / (B * max_completion_length)), dapo (token mean over the whole
-    generation batch). TRL's default is dapo; the lab's GRPO keeps the paper's grpo"""
+    """a registered loss type (labkit.losses.LOSS_REGISTRY), each a surrogate and an
+    aggregation: PPO's clip with grpo (mean per sequence, then over sequences), bnpo (token mean
+    per micro-batch), dr_grpo (sum / (B * max_completion_length)), dapo (token mean over the
+    generation batch) or sequence_sum; cispo, sapo, vespo, rlplus. TRL's default is dapo; the
+    lab's GRPO keeps the paper's grpo"""
     importance_sampling_level: str = "token"
     """token ratios (PPO/GRPO) or sequence = the length-normalised sequence ratio (GSPO) (TRL)"""
     epsilon: float = 0.2
@@ -654,6 +656,8 @@ def _field_docs() -> dict[str, str]:
 
 #: ``{field name: its documentation}`` for every field of :class:`TrainConfig`.
 FIELD_DOCS = _field_docs()
+TrainConfig.__doc__ += "\n    Fields (default):\n\n" + "\n".join(
+    f"    {f.name} ({f.default!r}): {FIELD_DOCS.get(f.name, '')}" for f in fields(TrainConfig))
 _FIELD_NAMES = frozenset(f.name for f in fields(TrainConfig))
 
 

@@ -142,6 +142,24 @@ class _TRLLossNames(Mapping):
         return sum(1 for _ in self)
 
 
+class _EstimatorRefusals(Mapping):
+    """Why TRL cannot run an estimator, as each registered estimator declares it."""
+
+    def __getitem__(self, name):
+        from labkit.advantages import ESTIMATOR_REGISTRY
+
+        reason = ESTIMATOR_REGISTRY[name].trl_refusal if name in ESTIMATOR_REGISTRY else None
+        return reason or f"GRPOTrainer has no advantage estimator {name!r}"
+
+    def __iter__(self):
+        from labkit.advantages import ESTIMATOR_REGISTRY
+
+        return iter(ESTIMATOR_REGISTRY)
+
+    def __len__(self):
+        return sum(1 for _ in self)
+
+
 #: Values of shared fields that TRL spells differently, and the values TRL has at all. labkit's
 #: ``sequence_sum`` (sum over a sequence's tokens, mean over sequences) is TRL's ``luspo``
 #: aggregation (arXiv 2602.05261); ``tests/test_trl_crosscheck.py`` checks they agree.
@@ -179,14 +197,7 @@ DERIVED_FIELDS = {
 #: Lab-only settings: ``field -> (value that TRL's GRPOTrainer also has, {value: why not})``.
 #: A config whose field holds another value is refused; the reasons name TRL's nearest tool.
 LAB_ONLY = {
-    "advantage_estimator": ("grpo", {
-        "gae": "PPO's critic and generalised advantage estimation: GRPOTrainer has no value "
-               "model, and TRL 1.x no longer ships a PPO trainer",
-        "rloo": "the leave-one-out baseline is TRL's RLOOTrainer (trl.RLOOConfig), another "
-                "trainer, not a GRPOConfig setting",
-        "remax": "ReMax's greedy-rollout baseline (arXiv 2310.10505) has no TRL equivalent",
-        "opo": "OPO's length-weighted baseline (arXiv 2505.23585) has no TRL equivalent",
-    }),
+    "advantage_estimator": ("grpo", _EstimatorRefusals()),
     "num_remains_in_group": (None, (
         "GFPO's filter (keep k of G completions per group, arXiv 2508.09726) is not in TRL's "
         "GRPOTrainer")),
@@ -369,7 +380,7 @@ def check_supported(config: TrainConfig, drop_unsupported=()) -> dict[str, str]:
             continue  # no KL term at all
         if value == neutral:
             continue
-        why = reasons.get(value, "") if isinstance(reasons, dict) else reasons
+        why = reasons.get(value, "") if isinstance(reasons, Mapping) else reasons
         if name in drop:
             dropped[name] = f"{name}={value!r} dropped (now {DROPPABLE[name]!r}): {why}"
             continue

@@ -21,3 +21,47 @@ def _no_deprecated_calls():
     undo = escalate_dependency_warnings()
     yield
     undo()
+
+
+@pytest.fixture
+def one_thread():
+    """The tiny model's matmuls are too small for two threads; on a shared 2-core machine a
+    second thread only waits (measured 10x slower under load). Files opt in with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def random_tiny():
+    """A randomly initialised tiny Qwen3 (seed 0) with the lab's character tokenizer, and 64 rows
+    of the train split: for tests of the machinery, where what the model knows does not matter."""
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    from labkit.models import build_char_tokenizer, tiny_qwen_config
+    from labkit.tasks import load_split
+
+    tokenizer = build_char_tokenizer()
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(tiny_qwen_config(len(tokenizer)))
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer, load_split("train").select(range(64))
+
+
+@pytest.fixture(scope="module")
+def shipped_tiny():
+    """The shipped, warm-started tiny Qwen and its tokenizer, on the CPU in float32."""
+    from labkit.models import load_policy
+
+    return load_policy("tiny", device="cpu", dtype="float32")
+
+
+def length_reward(prompts, completions, **columns):
+    """A reward that only needs text: longer completions score higher (an untrained model's
+    completions vary in length, so every group has a spread)."""
+    return [len(c[0]["content"]) / 16 for c in completions]

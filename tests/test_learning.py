@@ -20,7 +20,6 @@ the training accuracy to rise by 10 points and the eval accuracy to rise at all.
 """
 
 import pytest
-import torch
 
 from labkit.config import preset
 from labkit.models import TINY_MODEL_DIR, load_policy
@@ -28,18 +27,10 @@ from labkit.tasks import medium_cells
 from labkit.trainer import train
 
 pytestmark = [
+    pytest.mark.usefixtures("one_thread"),
     pytest.mark.slow,
     pytest.mark.skipif(not TINY_MODEL_DIR.exists(), reason="the shipped tiny model is missing"),
 ]
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny matmuls: a second thread only adds synchronisation (and on a shared machine, waits)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def run(name: str, steps: int, eval_k: int):
     model, tokenizer = load_policy("tiny", device="cpu", dtype="float32")

@@ -14,8 +14,9 @@ from labkit.models import TINY_MODEL_DIR, load_policy
 from labkit.tasks import load_split, medium_cells
 from labkit.trainer import Trainer, train
 
-pytestmark = pytest.mark.skipif(not TINY_MODEL_DIR.exists(),
-                                reason="the shipped tiny model is missing")
+pytestmark = [pytest.mark.usefixtures("one_thread"),
+              pytest.mark.skipif(not TINY_MODEL_DIR.exists(),
+                                 reason="the shipped tiny model is missing")]
 
 SMALL = {"prompts_per_step": 4, "num_generations": 4, "max_completion_length": 16,
          "max_steps": 1, "progress": False, "device": "cpu", "dtype": "float32",
@@ -26,14 +27,6 @@ SMALL = {"prompts_per_step": 4, "num_generations": 4, "max_completion_length": 1
 def alternating_reward(prompts, completions, **columns):
     """1, 0, 1, 0...: every group has both, so every completion has a non-zero advantage."""
     return [float(i % 2 == 0) for i in range(len(completions))]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

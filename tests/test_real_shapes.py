@@ -33,14 +33,6 @@ PUBLISHED_PARAMETERS = {
 }
 
 
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("hub_id", SHIPPED_CONFIGS)
 def test_each_shipped_config_loads_offline_with_its_published_size(hub_id):
     from transformers import AutoModelForCausalLM

@@ -18,6 +18,7 @@ import warnings
 import pandas as pd
 import pytest
 import torch
+from conftest import length_reward
 
 from labkit import config as config_module
 from labkit.config import TrainConfig, preset
@@ -25,7 +26,6 @@ from labkit.engine.checkpoint import CheckpointError, load_checkpoint, load_stat
 from labkit.engine.run_control import guarded_optimizer_step
 from labkit.losses import aggregate, clipped_surrogate, entropy_bonus, policy_loss
 from labkit.metrics import StepStats
-from labkit.models import build_char_tokenizer, tiny_qwen_config
 from labkit.rewards import RewardFunctionError, combine_rewards_by_weight
 from labkit.rollout import prompt_text
 from labkit.tasks import load_split
@@ -34,28 +34,12 @@ from labkit.trainer import TIMING_COLUMNS, Trainer
 SMALL = {"prompts_per_step": 4, "num_generations": 4, "max_completion_length": 16,
          "max_steps": 3, "progress": False}
 
-
-def length_reward(prompts, completions, **columns):
-    return [len(c[0]["content"]) / 16 for c in completions]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def base():
-    from transformers import Qwen3ForCausalLM
-
-    tokenizer = build_char_tokenizer()
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(tiny_qwen_config(len(tokenizer)))
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model, tokenizer, load_split("train").select(range(64))
+def base(random_tiny):
+    return random_tiny
 
 
 def make_trainer(base, name="grpo", reward_funcs=(length_reward,), callbacks=(), data=None,

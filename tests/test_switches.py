@@ -10,10 +10,10 @@ import math
 import pytest
 import torch
 
-from labkit.advantages import combine_rewards
+from labkit.advantages import ESTIMATOR_REGISTRY, combine_rewards
 from labkit.config import preset
 from labkit.engine.forward import completion_logprobs
-from labkit.models import build_char_tokenizer, tiny_qwen_config
+from labkit.losses import LOSS_REGISTRY
 from labkit.rewards.length import length_shaped_rewards
 from labkit.tasks import load_split
 from labkit.temperature import temperature_at
@@ -21,6 +21,8 @@ from labkit.trainer import Trainer
 
 SMALL = {"prompts_per_step": 4, "num_generations": 4, "max_completion_length": 16,
          "max_steps": 2, "progress": False}
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def length_reward(prompts, completions, **columns):
@@ -31,23 +33,9 @@ def parity_reward(prompts, completions, **columns):
     return [float(len(c[0]["content"]) % 2) for c in completions]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
-def base():
-    from transformers import Qwen3ForCausalLM
-
-    tokenizer = build_char_tokenizer()
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(tiny_qwen_config(len(tokenizer)))
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model, tokenizer, load_split("train").select(range(64))
+def base(random_tiny):
+    return random_tiny
 
 
 def make_trainer(base, name="grpo", reward_funcs=(length_reward,), **overrides):
@@ -58,10 +46,10 @@ def make_trainer(base, name="grpo", reward_funcs=(length_reward,), **overrides):
 
 
 @pytest.mark.parametrize("overrides", [
-    {"loss_type": "cispo", "epsilon_high": 5.0, "num_mini_batches": 2},
-    {"loss_type": "sapo", "num_mini_batches": 2},
-    {"loss_type": "vespo", "num_mini_batches": 2},
-    {"loss_type": "sequence_sum"},
+    # every registered loss type, off-policy (two mini-batches) so its ratio is not 1
+    *({"loss_type": name, "epsilon_high": 0.28, "num_mini_batches": 2} for name in LOSS_REGISTRY),
+    # every registered estimator (G >= 2 suits them all)
+    *({"advantage_estimator": name} for name in ESTIMATOR_REGISTRY),
     {"importance_sampling_level": "sequence_token", "num_mini_batches": 4},
     {"beta": 0.04, "use_bias_correction_kl": True, "num_mini_batches": 2},
 ], ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))

@@ -17,13 +17,14 @@ import torch
 
 from labkit.config import preset
 from labkit.metrics import describe
-from labkit.models import build_char_tokenizer, tiny_qwen_config
 from labkit.rewards import RewardFunctionError
 from labkit.tasks import load_split
 from labkit.trainer import TIMING_COLUMNS, Trainer, train
 
 SMALL = {"prompts_per_step": 4, "num_generations": 4, "max_completion_length": 16,
          "max_steps": 3, "progress": False}
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def length_reward(prompts, completions, **columns):
@@ -32,25 +33,9 @@ def length_reward(prompts, completions, **columns):
             for c, family in zip(completions, columns["family"])]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The tiny model's matmuls are too small for two threads; on a shared 2-core machine
-    a second thread only waits (measured 10x slower under load)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
-def base():
-    tokenizer = build_char_tokenizer()
-    torch.manual_seed(0)
-    from transformers import Qwen3ForCausalLM
-
-    model = Qwen3ForCausalLM(tiny_qwen_config(len(tokenizer)))
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model, tokenizer, load_split("train").select(range(64))
+def base(random_tiny):
+    return random_tiny
 
 
 def make_trainer(base, name="grpo", reward_funcs=(length_reward,), callbacks=(), **overrides):

@@ -14,6 +14,8 @@ Two jobs, both about the environment rather than about RL:
   an error. The test suite and the notebooks under test run with it, so a release that
   deprecates something labkit calls fails CI before a learner sees the warning; labkit's own
   warnings (inert clip-higher, GSPO's aggregation, ...) are ``UserWarning``\s and still show.
+* **Renamed methods.** :func:`enable_activation_checkpointing` calls whichever name of the
+  method the installed transformers has.
 * **The cache keyword.** transformers 5.24 renamed the model forward's ``past_key_values`` argument
   to ``cache`` (the old name warns and is removed in 5.40). :func:`cache_kwargs` gives the
   keyword the installed version expects, so labkit's KV-cached sampler and shared-prompt forward
@@ -154,6 +156,16 @@ def _labkit_caller() -> str | None:
             return f"{Path(filename).name}:{frame.f_lineno}"
         frame = frame.f_back
     return None
+
+
+def enable_activation_checkpointing(model) -> None:
+    """Recompute activations in the backward pass, under the name the installed transformers
+    uses (5.x renamed ``gradient_checkpointing_enable`` to ``activation_checkpointing_enable``
+    and deprecated the old name); the KV cache is switched off, as checkpointing requires."""
+    enable = (getattr(model, "activation_checkpointing_enable", None)
+              or model.gradient_checkpointing_enable)
+    enable()
+    model.config.use_cache = False
 
 
 def _normalise(name: str) -> str:

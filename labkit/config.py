@@ -29,8 +29,10 @@ docstring lists where and why it departs from the paper.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+import sys
 import warnings
 from dataclasses import asdict, dataclass, fields
 
@@ -288,6 +290,10 @@ class TrainConfig:
     2e-3)"""
     kl_cov_coef: float = 1.0
     """KL-Cov: coefficient of |log pi - log pi_old| on those tokens (verl's ppo_kl_coef)"""
+    cispo_min_weight: float | None = None
+    """CISPO: lower bound of the clipped importance weight (loss_type='cispo'); None = no floor
+    (TRL). verl's default CISPO clips to [1 - clip_ratio_low, 1 + clip_ratio_high]: its 0.2/0.2
+    is cispo_min_weight=0.8 with epsilon_high=1.2 here (docs/conventions.md)"""
     exploration_gamma: float = 0.5
     """RL-PLUS (loss_type='rlplus'): exponent of the exploration weight (1 - p)^gamma on
     demonstration tokens (arXiv 2508.00222, code default 0.5)"""
@@ -504,6 +510,8 @@ class TrainConfig:
         number(self, "clip_cov_ub", -math.inf, math.inf)
         number(self, "kl_cov_coef", 0, math.inf)
         number(self, "exploration_gamma", 0, math.inf)
+        if self.cispo_min_weight is not None:
+            number(self, "cispo_min_weight", 0, math.inf)
         number(self, "ref_model_mixup_alpha", 0, 1)
         integer(self, "ref_model_sync_steps", low=1)
         number(self, "top_p", 0, 1, low_open=True)
@@ -581,9 +589,9 @@ class TrainConfig:
             warnings.warn(f"importance_sampling_level='sequence' with loss_type="
                           f"{self.loss_type!r} weighs each sequence by its length; GSPO as "
                           f"published uses loss_type='grpo' (TRL gives the same warning)",
-                          stacklevel=4)
+                          stacklevel=_outside_stacklevel())
         if self.clip_higher_inert:
-            warnings.warn(inert_clip_higher_message(self), stacklevel=4)
+            warnings.warn(inert_clip_higher_message(self), stacklevel=_outside_stacklevel())
 
     def _check_estimator(self):
         """The chosen estimator's own rules (its file registers them)."""
@@ -654,11 +662,62 @@ def _field_docs() -> dict[str, str]:
     return docs
 
 
+#: TRL ``GRPOConfig`` names a learner brings from a TRL script, and the lab's equivalent. The lab
+#: counts a step in prompts and optimizer steps per batch, not in per-device batches, so these are
+#: refused with the way to translate them rather than accepted one by one.
+TRL_NAMES = {
+    "per_device_train_batch_size": "micro_batch_size caps the completions of one forward; a "
+                                   "step samples prompts_per_step x num_generations completions",
+    "gradient_accumulation_steps": "derived here (TrainConfig.gradient_accumulation_steps = "
+                                   "mini-batch / micro_batch_size)",
+    "steps_per_generation": "num_mini_batches optimizer steps per generation batch",
+    "generation_batch_size": "prompts_per_step x num_generations (read-only property "
+                             "generation_batch_size)",
+    "num_train_epochs": "max_steps (steps of one generation batch each)",
+    "warmup_steps": "warmup_ratio (a fraction of the optimizer steps)",
+    "bf16": "dtype='bfloat16'", "fp16": "dtype (float16 is refused: it overflows unscaled)",
+    "use_cpu": "device='cpu'", "save_steps": "save_every (in lab steps)",
+    "save_strategy": "save_every", "logging_steps": "nothing: every step is one history row",
+    "report_to": "nothing: the history is a pandas frame (result.history)",
+    "use_vllm": "nothing: the lab samples with its own KV-cached loop (see sampling_dtype)",
+    "run_name": "nothing", "logging_dir": "nothing", "push_to_hub": "nothing",
+}
+
+
+def _outside_stacklevel() -> int:
+    """``stacklevel`` that points a warning at the first caller outside this module (the user's
+    ``TrainConfig(...)`` or assignment), however many frames of it lie in between."""
+    level, frame = 1, sys._getframe(1)
+    # the dataclass-generated __init__ runs with this module's globals but no file of its own
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        level, frame = level + 1, frame.f_back
+    return level
+
+
+def _refuse_trl_names(init):
+    """Wrap the generated ``__init__`` so a TRL name gets the lab's equivalent, not just
+    ``unexpected keyword argument``."""
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        trl_only = [name for name in kwargs if name in TRL_NAMES and name not in _FIELD_NAMES]
+        if trl_only:
+            hints = "; ".join(f"{name}: {TRL_NAMES[name]}" for name in trl_only)
+            raise TypeError(
+                f"TrainConfig got TRL's GRPOConfig name(s) {', '.join(trl_only)}, which the lab "
+                f"spells differently ({hints}). To bring a whole TRL config, use "
+                f"labkit.trl_bridge.from_grpo_config({{...}}) or labkit.trl_compat.GRPOConfig("
+                f"...), which translate TRL's batch geometry as a whole")
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
 #: ``{field name: its documentation}`` for every field of :class:`TrainConfig`.
 FIELD_DOCS = _field_docs()
 TrainConfig.__doc__ += "\n    Fields (default):\n\n" + "\n".join(
     f"    {f.name} ({f.default!r}): {FIELD_DOCS.get(f.name, '')}" for f in fields(TrainConfig))
 _FIELD_NAMES = frozenset(f.name for f in fields(TrainConfig))
+TrainConfig.__init__ = _refuse_trl_names(TrainConfig.__init__)
 
 
 # ---- presets -------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from labkit.compat import cache_kwargs
+from labkit.compat import cache_kwargs, enable_activation_checkpointing
 
 #: Where the shipped data lives; ``LABKIT_DATA`` overrides it (e.g. a read-only install).
 DATA_DIR = Path(os.environ.get("LABKIT_DATA", Path(__file__).resolve().parent.parent / "data"))
@@ -252,8 +252,7 @@ def load_policy(
         model = quietly(AutoModelForCausalLM.from_pretrained, path, dtype=dt, **kwargs)
     model.to(dev)
     if gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-        model.config.use_cache = False
+        enable_activation_checkpointing(model)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     if shipped:  # the published ids (151643/151645) are not the character tokenizer's
         model.generation_config.bos_token_id = None

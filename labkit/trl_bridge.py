@@ -62,8 +62,9 @@ so both sample the same completions per generation and take the same optimizer s
 Deliberate differences that remain (none changes the expected gradient): TRL samples with
 ``model.generate`` and the lab with its own KV-cached loop (same distribution, other random
 streams); the lab skips the training forward of zero-advantage completions; a group whose
-rewards are all equal gets advantage exactly 0 in the lab and about 1e-8 in TRL (rounding of the
-group mean); TRL averages sequence-level clip flags over sequences, the lab over tokens.
+rewards are all equal gets advantage exactly 0 in the lab and, in TRL, the group mean's rounding
+error divided by 1e-4 (0 for 0/1 rewards, up to 2.4e-3 for rewards like 0.3); TRL averages
+sequence-level clip flags over sequences, the lab over tokens.
 """
 
 from __future__ import annotations
@@ -225,6 +226,9 @@ LAB_ONLY = {
         "sync_ref_model (TR-DPO's soft update, also a lab field)")),
     "cov_penalty": (None, (
         "Clip-Cov / KL-Cov (arXiv 2505.22617) are not in TRL's GRPOTrainer")),
+    "cispo_min_weight": (None, (
+        "TRL's CISPO caps the importance weight from above only; a floor on it (verl's "
+        "1 - clip_ratio_low) has no GRPOConfig setting")),
     "rlplus_demonstrations": (False, (
         "RL-PLUS's demonstration completions (arXiv 2508.00222) are not in TRL's GRPOTrainer")),
     "gfpo_adaptive_k": (None, (
@@ -753,7 +757,244 @@ def train_with_trl(config: TrainConfig, *, model=None, tokenizer=None, train_dat
     return TRLResult(trainer=trainer, history=frame, args=run.args, dropped=run.dropped)
 
 
-__all__ = ["DERIVED_FIELDS", "DROPPABLE", "LAB_ONLY", "NOT_CARRIED", "SHARED_FIELDS", "TRL_METRICS",
-           "TRL_PINNED", "TRL_VALUES", "TRLResult", "TRLRun", "check_supported",
-           "history_from_logs", "num_processes_from_env", "to_grpo_config", "to_trl",
-           "train_with_trl", "trl_batch_sizes", "trl_reward_funcs"]
+__all__ = [
+    "DERIVED_FIELDS",
+    "DROPPABLE",
+    "LAB_ONLY",
+    "NOT_CARRIED",
+    "SHARED_FIELDS",
+    "TRL_DEFAULTS",
+    "TRL_HOUSEKEEPING",
+    "TRL_METRICS",
+    "TRL_PINNED",
+    "TRL_VALUES",
+    "TRLResult",
+    "TRLRun",
+    "check_supported",
+    "from_grpo_config",
+    "history_from_logs",
+    "num_processes_from_env",
+    "to_grpo_config",
+    "to_trl",
+    "train_with_trl",
+    "trl_batch_sizes",
+    "trl_reward_funcs",
+]
+
+
+# ---- TRL in: a GRPOConfig back to the lab ---------------------------------------------------
+#: TRL 1.16's defaults of the ``GRPOConfig`` fields :func:`from_grpo_config` reads, so a dict of
+#: TRL settings translates without TRL installed (``tests/test_trl_compat.py`` checks them
+#: against the installed TRL's).
+TRL_DEFAULTS = {
+    "num_generations": 8, "max_completion_length": 512, "temperature": 1.0, "top_p": 1.0,
+    "top_k": 0, "scale_rewards": "group", "mask_truncated_completions": False,
+    "loss_type": "dapo", "importance_sampling_level": "token", "epsilon": 0.2,
+    "epsilon_high": None, "delta": None, "beta": 0.0, "entropy_coef": 0.0, "num_iterations": 1,
+    "learning_rate": 1e-6, "lr_scheduler_type": "linear", "weight_decay": 0.0,
+    "adam_beta1": 0.9, "adam_beta2": 0.999, "max_grad_norm": 1.0, "seed": 42,
+    "gradient_checkpointing": True, "multi_objective_aggregation": "sum_then_normalize",
+    "use_bias_correction_kl": True, "sapo_temperature_pos": 1.0, "sapo_temperature_neg": 1.05,
+    "vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0, "vespo_k_neg": 3.0, "vespo_lambda_neg": 2.0,
+    "sync_ref_model": False, "ref_model_mixup_alpha": 0.6, "ref_model_sync_steps": 512,
+    "top_entropy_quantile": 1.0, "per_device_train_batch_size": 8,
+    "gradient_accumulation_steps": 1, "steps_per_generation": None,
+    "generation_batch_size": None, "max_steps": -1, "num_train_epochs": 3.0, "warmup_steps": 0,
+    "warmup_ratio": None, "reward_weights": None, "bf16": None, "fp16": False, "use_cpu": False,
+    "save_strategy": "steps", "save_steps": 500, "output_dir": None, "disable_tqdm": None,
+    "use_vllm": False, "off_policy_mask_threshold": None, "use_adaptive_entropy": False,
+    "min_p": None, "repetition_penalty": 1.0, "cast_lm_head_to_fp32": False,
+}
+
+#: ``GRPOConfig`` fields about logging, saving, reporting and hardware that shape no number of
+#: the algorithm: :func:`from_grpo_config` reads none of them and refuses none.
+TRL_HOUSEKEEPING = frozenset({
+    "logging_steps", "logging_strategy", "logging_first_step", "logging_dir", "log_level",
+    "log_completions", "num_completions_to_print", "report_to", "run_name", "project",
+    "trackio_space_id", "push_to_hub", "hub_model_id", "hub_strategy", "hub_token",
+    "hub_private_repo", "save_total_limit", "save_only_model", "save_safetensors",
+    "overwrite_output_dir", "dataloader_num_workers", "dataloader_pin_memory",
+    "dataloader_drop_last", "dataloader_persistent_workers", "dataloader_prefetch_factor",
+    "remove_unused_columns", "ddp_find_unused_parameters", "ddp_backend", "ddp_timeout",
+    "eval_strategy", "eval_steps", "per_device_eval_batch_size", "do_eval", "do_train",
+    "do_predict", "tf32", "torch_compile", "optim", "activation_checkpointing",
+    "gradient_checkpointing_kwargs", "model_init_kwargs", "max_prompt_length",
+    "vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
+    "vllm_importance_sampling_cap", "shuffle_dataset", "num_generations_eval",
+    "wandb_log_unique_prompts", "log_unique_prompts", "disable_dropout", "bf16_full_eval", "fp16_full_eval", "local_rank",
+    "use_liger_kernel", "chat_template_kwargs", "cache_implementation", "generation_kwargs",
+    "include_num_input_tokens_seen", "use_transformers_paged", "label_names",
+    "ds3_gather_for_generation", "resume_from_checkpoint", "num_train_epochs",
+    "accelerator_config", "debug", "pad_to_multiple_of", "fsdp", "fsdp_config", "deepspeed",
+    "torch_empty_cache_steps", "full_determinism", "skip_memory_metrics", "hub_always_push",
+    "save_on_each_node", "logging_nan_inf_filter", "log_on_each_node", "log_level_replica",
+})
+
+
+def _trl_settings(args) -> tuple[dict, dict]:
+    """``(every setting over TRL's defaults, the settings the user chose)`` of a GRPOConfig (a
+    field differing from its declared default) or of a dict of its arguments (its keys)."""
+    if isinstance(args, dict):
+        return {**TRL_DEFAULTS, **args}, dict(args)
+    if not dataclasses.is_dataclass(args):
+        raise TypeError(f"args must be a trl.GRPOConfig or a dict of its arguments, got "
+                        f"{type(args).__name__}")
+    values, chosen = {}, {}
+    for f in dataclasses.fields(args):
+        value = values[f.name] = getattr(args, f.name)
+        default = (f.default if f.default is not dataclasses.MISSING else
+                   f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        if value != default:
+            chosen[f.name] = value
+    return {**TRL_DEFAULTS, **values}, chosen
+
+
+def _inert(name: str, trl: dict) -> bool:
+    """Settings that act only under a switch the lab refuses anyway (vLLM, TRL's adaptive
+    entropy), or that only log, save or report."""
+    return (name in TRL_HOUSEKEEPING or name.startswith("_")
+            or (name.startswith("vllm_") and not trl["use_vllm"])
+            or (name.startswith(("entropy_coef_", "entropy_target"))
+                and not trl["use_adaptive_entropy"]))
+
+
+def overlong_buffer_of(reward_funcs) -> int | None:
+    """The buffer length of TRL's soft overlong punishment among ``reward_funcs`` (what
+    :func:`trl_reward_funcs` appends: ``trl.rewards.get_soft_overlong_punishment``'s callable,
+    which keeps it as ``soft_punish_cache``); None when there is none."""
+    for fn in reward_funcs or ():
+        if (type(fn).__module__.startswith("trl.")
+                and isinstance(getattr(fn, "soft_punish_cache", None), int)):
+            return fn.soft_punish_cache
+    return None
+
+
+def from_grpo_config(args, *, reward_funcs=None, num_processes: int = 1,
+                     dataset_size: int | None = None) -> TrainConfig:
+    """The :class:`~labkit.config.TrainConfig` of a TRL run: the inverse of
+    :func:`to_grpo_config` (``from_grpo_config(to_grpo_config(c))`` has ``c``'s settings).
+
+    ``args`` is a ``trl.GRPOConfig`` or a dict of its arguments (TRL's defaults fill the rest,
+    so TRL need not be installed). TRL's batch geometry becomes the lab's:
+
+    ================================================  =========================================
+    TRL                                               lab
+    ================================================  =========================================
+    ``generation_batch_size`` (default                ``prompts_per_step`` x ``num_generations``
+    ``per_device_train_batch_size`` x processes x
+    ``steps_per_generation``)
+    ``steps_per_generation`` / ``gradient_accum...``  ``num_mini_batches``
+    ``per_device_train_batch_size``                   ``micro_batch_size`` (None when it is the
+                                                      whole mini-batch)
+    ``max_steps`` (optimizer steps)                   ``max_steps`` x ``num_iterations`` x
+                                                      ``num_mini_batches``
+    ``warmup_steps`` (< 1: a ratio) / ``warmup_ratio``  ``warmup_ratio``
+    ``bf16`` / ``use_cpu``                            ``dtype`` / ``device``
+    ================================================  =========================================
+
+    ``reward_funcs``: the run's reward functions; TRL's soft overlong punishment among them
+    (``trl.rewards.get_soft_overlong_punishment``) becomes ``overlong_buffer_len`` with its
+    weight as ``overlong_penalty_factor``. ``dataset_size``: rows of the train set, needed only
+    when ``max_steps`` is -1 (TRL then counts epochs). Logging, saving and reporting fields are
+    ignored (:data:`TRL_HOUSEKEEPING`); any other TRL setting the lab does not have is refused
+    by name, as is a batch geometry that does not divide.
+    """
+    trl, chosen = _trl_settings(args)
+    if not isinstance(num_processes, int) or num_processes < 1:
+        raise ValueError(f"num_processes must be an integer >= 1, got {num_processes!r}")
+    refused = [f"{name}={trl[name]!r}" for name, pinned in TRL_PINNED.items()
+               if name not in SHARED_FIELDS.values() and trl.get(name, pinned) != pinned]
+    known = {*SHARED_FIELDS.values(), *TRL_PINNED, *TRL_DEFAULTS, "adam_epsilon"}
+    refused += [f"{name}={value!r}" for name, value in chosen.items()
+                if name not in known and not _inert(name, trl)]
+    if trl.get("adam_epsilon", 1e-8) != 1e-8:  # the lab's AdamW keeps torch's eps
+        refused.append(f"adam_epsilon={trl['adam_epsilon']!r}")
+    if trl["fp16"]:
+        refused.append("fp16=True")
+    if refused:
+        raise ValueError(f"the lab's trainer has no equivalent of {', '.join(refused)}: drop "
+                         f"these TRL settings (the lab samples with its own loop, in float32 or "
+                         f"bfloat16), or run the script with TRL itself")
+    inverse = {trl_name: lab for lab, trl_name in SHARED_FIELDS.items()}
+    values = {}
+    for trl_name, lab in inverse.items():
+        value = trl.get(trl_name, TRL_DEFAULTS.get(trl_name))
+        names = TRL_VALUES.get(lab)
+        if names is not None:
+            back = {v: k for k, v in names.items()}
+            if value not in back:
+                raise ValueError(f"{trl_name}={value!r} has no lab equivalent: the lab takes "
+                                 f"{', '.join(map(repr, back))}")
+            value = back[value]
+        values[lab] = tuple(value) if isinstance(value, list) else value
+    if not values["beta"]:  # no KL term: TRL's KL options change nothing, the lab refuses them
+        values["use_bias_correction_kl"] = False
+    values["top_k"] = values["top_k"] or 0
+    values.update(_lab_geometry(trl, values, num_processes, dataset_size))
+    buffer = overlong_buffer_of(reward_funcs)
+    weights = trl["reward_weights"]
+    if buffer is not None:
+        values["overlong_buffer_len"] = buffer
+        if weights is not None:
+            values["overlong_penalty_factor"], weights = weights[-1], weights[:-1]
+    # weights of 1.0 each are TRL's None, and the lab's
+    values["reward_weights"] = (None if weights is None or all(w == 1.0 for w in weights)
+                                else tuple(weights))
+    if trl["bf16"]:
+        values["dtype"] = "bfloat16"
+    if trl["use_cpu"]:
+        values["device"] = "cpu"
+    if trl["disable_tqdm"] is not None:
+        values["progress"] = not trl["disable_tqdm"]
+    steps_per_lab_step = values["num_iterations"] * values["num_mini_batches"]
+    if trl["output_dir"]:
+        values["output_dir"] = str(trl["output_dir"])
+        strategy = getattr(trl["save_strategy"], "value", trl["save_strategy"])  # enum or text
+        if strategy == "steps" and trl["save_steps"] >= 1:
+            values["save_every"] = max(1, round(trl["save_steps"] / steps_per_lab_step))
+    if trl["warmup_ratio"] is not None:
+        values["warmup_ratio"] = trl["warmup_ratio"]
+    else:
+        warmup = trl["warmup_steps"]
+        total = values["max_steps"] * steps_per_lab_step
+        values["warmup_ratio"] = warmup if warmup < 1 else min(warmup / total, 0.99)
+    if values["warmup_ratio"] and values["lr_scheduler_type"] == "constant":
+        values["warmup_ratio"] = 0.0
+    return TrainConfig(**values)
+
+
+def _lab_geometry(trl: dict, values: dict, num_processes: int, dataset_size) -> dict:
+    """The lab's batch sizes from TRL's (the table of :func:`from_grpo_config`)."""
+    per_device = trl["per_device_train_batch_size"]
+    accumulation = trl["gradient_accumulation_steps"]
+    steps_per_generation = trl["steps_per_generation"] or accumulation
+    generation = trl["generation_batch_size"] or per_device * num_processes * steps_per_generation
+    group = values["num_generations"]
+    if generation % group:
+        raise ValueError(f"generation_batch_size={generation} (per_device_train_batch_size x "
+                         f"processes x steps_per_generation) is not a multiple of "
+                         f"num_generations={group}: TRL would refuse it too")
+    if steps_per_generation % accumulation:
+        raise ValueError(f"steps_per_generation={steps_per_generation} is not a multiple of "
+                         f"gradient_accumulation_steps={accumulation}: the lab's optimizer steps "
+                         f"per generation batch (num_mini_batches) would not be whole")
+    mini_batches = steps_per_generation // accumulation
+    out = {"prompts_per_step": generation // group, "num_mini_batches": mini_batches}
+    mini = generation // mini_batches
+    out["micro_batch_size"] = None if per_device * num_processes >= mini else per_device
+    optimizer_steps = trl["max_steps"]
+    per_lab_step = values["num_iterations"] * mini_batches
+    if optimizer_steps is None or optimizer_steps < 0:
+        if dataset_size is None:
+            raise ValueError("max_steps=-1 (TRL then trains num_train_epochs epochs): set "
+                             "max_steps, or give dataset_size so the epochs can be counted")
+        # one epoch = each prompt once; TRL's sampler repeats each prompt num_generations times
+        out["max_steps"] = max(1, math.ceil(trl["num_train_epochs"] * dataset_size
+                                            / out["prompts_per_step"]))
+    elif optimizer_steps % per_lab_step:
+        raise ValueError(f"max_steps={optimizer_steps} optimizer steps is not a multiple of "
+                         f"num_iterations x num_mini_batches = {per_lab_step}, the optimizer "
+                         f"steps of one lab step: choose a multiple")
+    else:
+        out["max_steps"] = optimizer_steps // per_lab_step
+    return out

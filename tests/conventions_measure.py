@@ -62,7 +62,6 @@ from labkit.advantages import (
 from labkit.config import TrainConfig
 from labkit.losses import (
     aggregate,
-    cispo_surrogate,
     clipped_surrogate,
     entropy_bonus,
     kl_estimate,
@@ -618,9 +617,8 @@ def measure_cispo_floor(v: Verl) -> Convention:
     ver, _ = v.core.compute_policy_loss_cispo(b.old, b.logp, b.adv_tokens, b.mask,
                                               "token-mean", config=v.actor())
     lab, _ = policy_loss(b.logp, b.old, b.adv, b.mask, loss_type="cispo", epsilon_high=1 + high)
-    per_token = cispo_surrogate(b.logp, token_log_ratio(b.logp, b.old, b.mask), b.adv[:, None],
-                                max_weight=1 + high, min_weight=1 - low)
-    block = aggregate(per_token, b.mask, "dapo")
+    floored, _ = policy_loss(b.logp, b.old, b.adv, b.mask, loss_type="cispo",
+                             epsilon_high=1 + high, cispo_min_weight=1 - low)
     below = int(((torch.exp(b.logp - b.old) < 1 - low) & b.mask).sum())
     return Convention(
         "cispo-floor", "CISPO's lower bound on the weight",
@@ -628,17 +626,15 @@ def measure_cispo_floor(v: Verl) -> Convention:
         "none (w only capped above)",
         f"w >= 1 - clip_ratio_low (default {low}: w in [{1 - low:g}, {1 + high:g}])",
         f"caps equal ({1 + high:g}): labkit - verl {_num(float(lab) - float(ver))} "
-        f"({below} tokens with w < {1 - low:g}); `cispo_surrogate(min_weight={1 - low:g})` vs "
-        f"verl: {_diff(block - ver)}",
+        f"({below} tokens with w < {1 - low:g}); labkit `cispo_min_weight={1 - low:g}` vs "
+        f"verl: {_diff(floored - ver)}",
         "CISPO, r-hat = clip(r, 1 - eps_low, 1 + eps_high) (arXiv 2506.13585, section 3.1)",
         "verl's default CISPO clips the weight from below too, so tokens the policy has made "
         "less likely keep at least 0.8 of their gradient weight; labkit and TRL let the weight "
-        "fall to 0. labkit's building block `cispo_surrogate` has `min_weight` and matches verl "
-        "exactly, but `TrainConfig` and `policy_loss` do not pass it, so verl's default CISPO "
-        "cannot be trained from labkit.",
-        "labkit lacks: a `TrainConfig`/`policy_loss` field for CISPO's floor, e.g. "
-        "`cispo_min_weight: float | None = None` passed to `cispo_surrogate(min_weight=...)` "
-        "(verl: 1 - `clip_ratio_low`; TRL has none).",
+        "fall to 0. labkit's `cispo_min_weight` (a `TrainConfig` field and a `policy_loss` option "
+        "of `loss_type='cispo'`) gives the floor: `epsilon_high=1.2, cispo_min_weight=0.8` is "
+        "verl's default CISPO exactly. TRL has no floor (the bridge refuses the field).",
+        None,
     )
 
 

@@ -9,6 +9,7 @@ import math
 
 import torch
 
+from labkit.compat import enable_activation_checkpointing
 from labkit.engine.data import as_dataset, check_prompt_dataset
 from labkit.models import load_policy
 from labkit.rewards import accuracy_reward, format_reward, reward_function_names
@@ -23,11 +24,8 @@ def prepare_policy(config, model=None, tokenizer=None):
                            gradient_checkpointing=config.gradient_checkpointing)
     if tokenizer is None:
         raise ValueError("pass the model's tokenizer along with the model")
-    if config.gradient_checkpointing:  # transformers 5 renamed it; 4.x has only the old name
-        enable = (getattr(model, "activation_checkpointing_enable", None)
-                  or model.gradient_checkpointing_enable)
-        enable()
-        model.config.use_cache = False
+    if config.gradient_checkpointing:
+        enable_activation_checkpointing(model)
     return model, tokenizer
 
 

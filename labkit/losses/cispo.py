@@ -52,6 +52,10 @@ def _cispo_clip_flags(w, advantages, epsilon, epsilon_high):
 
 
 def _check_cispo_config(config) -> None:
+    low = config.cispo_min_weight
+    if low is not None and config.epsilon_high is not None and low > config.epsilon_high:
+        raise ValueError(f"cispo_min_weight ({low}) exceeds the cap epsilon_high "
+                         f"({config.epsilon_high}): the weight is clipped to [min, cap]")
     if config.epsilon_high is None:
         raise ValueError(
             "loss_type='cispo' caps the importance weight at epsilon_high, an absolute cap (TRL "
@@ -60,13 +64,14 @@ def _check_cispo_config(config) -> None:
 
 
 @register_policy_loss("cispo", aggregation="token_mean", trl_name="cispo",
-                      clip_flags=_cispo_clip_flags, config_check=_check_cispo_config,
+                      options={"cispo_min_weight": None}, clip_flags=_cispo_clip_flags, config_check=_check_cispo_config,
                       paper=(("MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning "
                               "Attention"), "2506.13585"),
                       summary="clipped, detached IS weight times log pi; token mean")
-def _cispo(x: SurrogateInputs) -> torch.Tensor:
+def _cispo(x: SurrogateInputs, cispo_min_weight: float | None = None) -> torch.Tensor:
     if x.epsilon_high is None:
         raise ValueError(
             "loss_type='cispo' needs epsilon_high, the absolute cap on the importance weight "
             "(e.g. 5.0); TRL would silently use epsilon=0.2 and shrink every gradient fivefold")
-    return cispo_surrogate(x.logp, x.log_w, x.advantages, max_weight=x.epsilon_high)
+    return cispo_surrogate(x.logp, x.log_w, x.advantages, max_weight=x.epsilon_high,
+                           min_weight=cispo_min_weight)

@@ -149,6 +149,10 @@ def per_completion(rows: dict, num_generations: int) -> tuple[list, dict]:
 def combine_rewards_by_weight(funcs, weights, prompts, completions, **columns):
     """Run each reward function and sum the rewards with ``weights``, as TRL's GRPOTrainer does.
 
+    Each function is called with keywords, ``fn(prompts=..., completions=..., **columns)``, as
+    TRL calls them, so both ``fn(prompts, completions, **columns)`` and the tutorials'
+    ``fn(completions, **kwargs)`` work.
+
     Returns ``(per_function, totals)``: ``per_function[k][i]`` is function k's reward for
     completion i, with None turned into NaN, and ``totals[i]`` is the weighted sum over the
     functions that judged row i (NaN ignored). A row that no function judged has a NaN total;
@@ -171,7 +175,8 @@ def combine_rewards_by_weight(funcs, weights, prompts, completions, **columns):
     for fn in funcs:
         name = _function_name(fn)
         try:
-            result = fn(prompts, completions, **columns)
+            # by keyword, as TRL calls them: `def reward(completions, **kwargs)` works too
+            result = fn(prompts=prompts, completions=completions, **columns)
         except Exception as error:
             raise RewardFunctionError(
                 f"reward function {name!r} raised {type(error).__name__}: {error}") from error

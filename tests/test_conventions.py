@@ -58,7 +58,11 @@ def test_verl_row_matches_page(fn, verl):
 def test_whole_page_matches(verl):
     rows = [measured(fn, verl) for fn in cm.MEASURES]
     page = cm.render_page(rows, cm.measure_agreements(verl), verl)
-    assert page == cm.DOC.read_text(encoding="utf-8"), REGENERATE
+
+    def numbers(text):  # the measured page without its versions line (TRL may be newer here)
+        return [line for line in text.splitlines() if not line.startswith("Versions measured")]
+
+    assert numbers(page) == numbers(cm.DOC.read_text(encoding="utf-8")), REGENERATE
 
 
 def test_trl_constant_group_noise_is_far_above_1e8():

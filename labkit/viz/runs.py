@@ -87,7 +87,9 @@ def runs_summary(runs: Mapping[str, pd.DataFrame],
         rows[name]["seeds"] = len(per_seed)
     table = pd.DataFrame(rows).round(3)
     if "seeds" in table.index:
-        table.loc["seeds"] = table.loc["seeds"].fillna(1).astype(int)
+        # an object row (text cells beside numbers): fill explicitly rather than rely on
+        # fillna's dtype downcasting, which pandas 2.2 deprecates and pandas 3 dropped
+        table.loc["seeds"] = [1 if pd.isna(v) else int(v) for v in table.loc["seeds"]]
     return table
 
 

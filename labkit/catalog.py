@@ -96,6 +96,9 @@ EXTRA_IDS = (
     "kl-cov",
     "trdpo-ref-sync",
     "tis-mismatch",
+    "tool-calls",
+    "environment-token-mask",
+    "multi-turn-episodes",
 )
 
 
@@ -223,6 +226,11 @@ _ENTROPY = ("The Entropy Mechanism of Reinforcement Learning for Reasoning Langu
             "2505.22617")
 _TRDPO = ("Learn Your Reference Model for Real Good Alignment", "2404.09656")
 _TIS = ("Your Efficient RL Framework Secretly Brings You Off-Policy RL Training", None)
+_TORL = ("ToRL: Scaling Tool-Integrated RL", "2503.23383")
+_SEARCHR1 = (("Search-R1: Training LLMs to Reason and Leverage Search Engines with "
+              "Reinforcement Learning"), "2503.09516")
+_RAGEN = (("RAGEN: Understanding Self-Evolution in LLM Agents via Multi-Turn Reinforcement "
+           "Learning"), "2504.20073")
 
 _NB = {
     "ppo": "notebooks/01_ppo.ipynb",
@@ -234,6 +242,7 @@ _NB = {
     "exploration": "notebooks/07_exploration.ipynb",
     "rewards": "notebooks/08_rewards_data.ipynb",
     "scaling": "notebooks/09_scaling_up.ipynb",
+    "agents": "notebooks/10_agents.ipynb",
 }
 
 _A, _F, _L, _S = "labkit.advantages.", "labkit.filters.", "labkit.losses.", "labkit.rewards.shaping."
@@ -757,7 +766,9 @@ CATALOG: tuple[Method, ...] = (
         notebook=_NB["exploration"],
         tests=(_TRL + "test_policy_loss_matches_trl_compute_loss",
                _TS + "test_every_loss_type_and_ratio_level_trains"),
-        note="epsilon_high is TRL's absolute cap on the detached weight (5.0 from ScaleRL).",
+        note="epsilon_high is TRL's absolute cap on the detached weight (5.0 from ScaleRL); "
+             "cispo_min_weight adds verl's floor (epsilon_high=1.2, cispo_min_weight=0.8 is "
+             "verl's default CISPO).",
     ),
     _m(
         _SAPO,
@@ -841,6 +852,44 @@ CATALOG: tuple[Method, ...] = (
         "vllm_importance_sampling_* options. labkit has no vLLM: sampling_dtype makes the "
         "sampler a bfloat16 copy of the policy, so the mismatch is real on a CPU; the four "
         "modes, the bounds and where the weight multiplies the loss are TRL 1.16's.",
+    ),
+    # ---------------------------------------------------------------- agents (notebook 10)
+    _m(
+        _TORL,
+        id="tool-calls",
+        changes="sampling",
+        functions=("labkit.agents.episodes.run_episodes", "labkit.agents.calculator.calculate"),
+        config={"max_tool_calling_iterations": 2},
+        notebook=_NB["agents"],
+        tests=("tests/test_episodes.py::test_a_tool_call_gets_its_reply_as_masked_tokens",),
+        note="Trainer(environment_factory=...) turns each completion into an episode: the policy "
+             "calls a tool in Qwen's <tool_call> format, the reply comes back as tokens it did "
+             "not write. ReTool (arXiv 2504.11536) starts from tool demonstrations as the lab's "
+             "warm start does; ToRL trains tool use with RL from a base model.",
+    ),
+    _m(
+        _SEARCHR1,
+        id="environment-token-mask",
+        changes="aggregation",
+        functions=("labkit.agents.episodes.run_episodes",),
+        config={"train_on_environment_tokens": False},
+        notebook=_NB["agents"],
+        tests=("tests/test_episodes.py::test_only_the_policys_tokens_enter_the_loss",),
+        note="The environment's tokens are context, not actions: the loss mask is completion "
+             "mask x action mask (TRL's tool_mask). train_on_environment_tokens=True is the bug, "
+             "on purpose, for notebook 10's demonstration.",
+    ),
+    _m(
+        _RAGEN,
+        id="multi-turn-episodes",
+        changes="reward",
+        functions=("labkit.agents.guessing.GuessingEnv",
+                   "labkit.agents.guessing.expert_transcript"),
+        notebook=_NB["agents"],
+        tests=("tests/test_agents_envs.py::test_the_expert_solves_every_code_within_max_turns",),
+        note="A game whose replies depend on every earlier turn, with an outcome reward "
+             "(get_reward) and per-turn rewards (turn_rewards): RAGEN's StarPO optimises whole "
+             "multi-turn trajectories.",
     ),
 )
 

@@ -172,6 +172,15 @@ class TrainConfig:
     vllm_importance_sampling_clip_min: float | None = None
     """C_min of the correction (TRL default None = no lower bound)"""
 
+    # ---- tools and multi-turn episodes (labkit.agents; the trainer's environment_factory) --------
+    max_tool_calling_iterations: int | None = None
+    """most tool calls an episode gets answered; a call past it ends the episode unanswered
+    (TRL's name); None = as many as max_completion_length allows"""
+    train_on_environment_tokens: bool = False
+    """the masking bug of notebook 10, on purpose: the environment's tokens enter the loss as if
+    the policy had written them (TRL's tool_mask and labkit's action mask keep them out); never
+    set it outside that demonstration"""
+
     # ---- rewards ---------------------------------------------------------------------------------
     reward_weights: tuple[float, ...] | None = None
     """one weight per reward function; None = 1.0 each (TRL). Default functions: accuracy, format"""
@@ -453,7 +462,8 @@ class TrainConfig:
         for name in ("gradient_checkpointing", "dynamic_sampling", "mask_truncated_completions",
                      "kl_in_reward", "use_bias_correction_kl", "save_on_interrupt", "progress",
                      "rollback_nonfinite_weights", "sync_ref_model", "rlplus_demonstrations",
-                     "use_peft", "vllm_importance_sampling_correction"):
+                     "use_peft", "vllm_importance_sampling_correction",
+                     "train_on_environment_tokens"):
             boolean(self, name)
         self._check_lora_values()
         self._check_mismatch_values()
@@ -495,7 +505,7 @@ class TrainConfig:
                      "save_every", "seed", "ref_reset_every", "ref_reset_patience"):
             integer(self, name, low=0)
         for name in ("micro_batch_size", "eval_max_prompts", "length_target",
-                     "length_target_easy"):
+                     "length_target_easy", "max_tool_calling_iterations"):
             if getattr(self, name) is not None:
                 integer(self, name, low=1)
         number(self, "temperature", 0, math.inf, low_open=True)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, fields, replace
 import torch
 
 _PROMPT = ("prompt_ids", "prompt_mask")
-_COMPLETION = ("completion_ids", "completion_mask", "loss_mask", "sample_logp",
+_COMPLETION = ("completion_ids", "completion_mask", "action_mask", "loss_mask", "sample_logp",
                "sample_entropy", "token_weights", "old_logp", "ref_logp", "values", "returns",
                "token_advantages", "is_weights")
 
@@ -61,17 +61,27 @@ class Experience:
     token_weights: torch.Tensor | None = None
     is_weights: torch.Tensor | None = None
     """(B, L) sampler/trainer mismatch weights (:mod:`labkit.mismatch`), when corrected"""
+    action_mask: torch.Tensor | None = None
+    """(B, L) multi-turn episodes: 1 on tokens the policy sampled, 0 on the environment's
+    (:mod:`labkit.agents.episodes`); None when the policy wrote every completion token"""
     pad_token_id: int = 0
 
     @classmethod
-    def from_rollout(cls, rollout, pad_token_id: int) -> Experience:
+    def from_rollout(cls, rollout, pad_token_id: int,
+                     train_on_environment_tokens: bool = False) -> Experience:
         """Copy a :class:`labkit.rollout.Rollout` (inference-mode tensors, which autograd may not
-        save) into ordinary tensors."""
+        save) into ordinary tensors. For episodes the loss mask keeps the policy's tokens only
+        (``completion_mask * action_mask``), unless ``train_on_environment_tokens`` (the masking
+        bug, on purpose)."""
         mask = rollout.completion_mask.clone()
+        actions = getattr(rollout, "action_mask", None)
+        actions = None if actions is None else actions.clone()
+        loss_mask = mask.clone() if actions is None or train_on_environment_tokens \
+            else mask * actions
         return cls(rollout.prompt_ids.clone(), rollout.prompt_mask.clone(),
-                   rollout.completion_ids.clone(), mask, mask.clone(), rollout.logprobs.clone(),
+                   rollout.completion_ids.clone(), mask, loss_mask, rollout.logprobs.clone(),
                    rollout.entropies.clone(), rollout.lengths.clone(), rollout.truncated.clone(),
-                   pad_token_id=pad_token_id)
+                   action_mask=actions, pad_token_id=pad_token_id)
 
     def __len__(self) -> int:
         return self.prompt_ids.size(0)

@@ -54,6 +54,16 @@ METRICS = {
                      "sequences (sequence_* modes) (TRL's sampling/importance_sampling_ratio/mean)",
     "is_corrected_frac": "share of tokens (token_* modes) or sequences (sequence_* modes) whose "
                          "mismatch ratio the bound truncated or masked",
+    "tool_call_rate": "episodes: share of episodes that called a tool at least once",
+    "tool_calls": "episodes: mean tool calls answered per episode",
+    "tool_error_rate": "episodes: share of tool calls answered with an error (malformed call, "
+                       "bad argument, the tool's own refusal)",
+    "turns": "episodes: mean assistant turns per episode",
+    "turn_limit_rate": "episodes: share that stopped at a call past max_tool_calling_iterations",
+    "policy_tokens": "episodes: mean tokens the policy wrote per episode (the loss's tokens; "
+                     "completion_length counts the environment's too)",
+    "environment_logp": "episodes: mean log-prob the policy gives the environment's tokens (it "
+                        "did not write them; it climbs when they are wrongly trained on)",
     "ptx_loss": "PTX: token-mean NLL (nats) of the step's warm-start examples (ptx_coef > 0), "
                 "before the coefficient",
     "value_loss": "PPO critic loss (clipped squared error to the GAE returns)",

@@ -34,9 +34,11 @@ from labkit.compat import cache_kwargs, enable_activation_checkpointing
 #: Where the shipped data lives; ``LABKIT_DATA`` overrides it (e.g. a read-only install).
 DATA_DIR = Path(os.environ.get("LABKIT_DATA", Path(__file__).resolve().parent.parent / "data"))
 TINY_MODEL_DIR = DATA_DIR / "models" / "tiny-qwen"
+#: The tiny Qwen warm-started to call tools as well (``python -m labkit.agents.build``).
+TOOL_MODEL_DIR = DATA_DIR / "models" / "tiny-qwen-tools"
 
 #: Short names accepted by :func:`load_policy` in place of a path or hub id.
-ALIASES = {"tiny": TINY_MODEL_DIR}
+ALIASES = {"tiny": TINY_MODEL_DIR, "tiny-tools": TOOL_MODEL_DIR}
 
 #: Where the published ``config.json`` of real Qwen shapes ship (one folder per hub id, named
 #: ``<org>--<name>`` as in the hub's cache): architecture only, no weights, no tokenizer files.
@@ -56,6 +58,9 @@ CONTROL_TOKENS = (PAD_TOKEN, IM_START, IM_END, UNK_TOKEN)
 FORMAT_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 #: Every token matched whole before the character lookup: ids 0..7, in this order.
 SPECIAL_TOKENS = (*CONTROL_TOKENS, *FORMAT_TAGS)
+#: Qwen's tool-call tags, single added tokens (not special, as in Qwen's vocabulary) of the tool
+#: model's tokenizer only; they come after every id of the tiny tokenizer, so its weights carry over.
+TOOL_TAGS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
 #: Every ordinary character the tokenizer knows: newline and printable ASCII.
 CHARACTERS = "\n" + "".join(chr(c) for c in range(0x20, 0x7F))
 
@@ -67,8 +72,31 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 
+#: The tool model's chat layout: Qwen's for tools (Hermes format). An assistant message's tool
+#: calls follow its content as ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``;
+#: a tool message becomes a user turn ``<tool_response>\\n...\\n</tool_response>``. The tool
+#: schemas are not rendered (a character model has no room for them; the warm start taught the
+#: one calling convention), so TRL's ``apply_chat_template(tools=...)`` leaves the prompt as is.
+TOOL_CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'tool' %}"
+    "{{- '<|im_start|>user\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>"
+    "<|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') }}"
+    "{%- for call in message.get('tool_calls') or [] %}"
+    "{%- set function = call['function'] if call['function'] is defined else call %}"
+    "{{- '<tool_call>\\n{\"name\": ' + function['name'] | tojson + ', \"arguments\": ' "
+    "+ function['arguments'] | tojson + '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
 
-def build_char_tokenizer():
+
+def build_char_tokenizer(tool_tags: bool = False):
     """Build the tiny model's character-level tokenizer as a ``transformers`` fast tokenizer.
 
     Ids 0..3 are the chat-control tokens (pad, ``<|im_start|>``, ``<|im_end|>``, unknown), special
@@ -76,7 +104,8 @@ def build_char_tokenizer():
     the same kind), so ``decode(..., skip_special_tokens=True)`` keeps them; then one id per
     character of :data:`CHARACTERS`. Any other character (non-ASCII) maps to ``<unk>``.
     ``eos_token`` is ``<|im_end|>``, so generation stops at the end of the assistant turn, as with
-    Qwen's instruct models.
+    Qwen's instruct models. ``tool_tags=True`` adds :data:`TOOL_TAGS` after every other id (the
+    tool model's tokenizer) and :data:`TOOL_CHAT_TEMPLATE`, which renders tool calls.
     """
     from tokenizers import AddedToken, Tokenizer, decoders, models
     from transformers import PreTrainedTokenizerFast
@@ -88,7 +117,8 @@ def build_char_tokenizer():
     # before it runs, and Fuse() joins characters back without inserting spaces.
     core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK_TOKEN))
     core.add_special_tokens(list(CONTROL_TOKENS))
-    core.add_tokens([AddedToken(tag, special=False, normalized=False) for tag in FORMAT_TAGS])
+    tags = (*FORMAT_TAGS, *TOOL_TAGS) if tool_tags else FORMAT_TAGS
+    core.add_tokens([AddedToken(tag, special=False, normalized=False) for tag in tags])
     core.decoder = decoders.Fuse()
     tok = PreTrainedTokenizerFast(
         tokenizer_object=core,
@@ -98,9 +128,9 @@ def build_char_tokenizer():
         additional_special_tokens=[IM_START],
         padding_side="left",
         clean_up_tokenization_spaces=False,
-        model_max_length=512,
+        model_max_length=1024 if tool_tags else 512,
     )
-    tok.chat_template = CHAT_TEMPLATE
+    tok.chat_template = TOOL_CHAT_TEMPLATE if tool_tags else CHAT_TEMPLATE
     return tok
 
 

@@ -126,12 +126,28 @@ def generate(
     plain strings. ``generator`` makes sampling reproducible (it must live on the model's device).
     ``greedy=True`` takes the arg-max token (ReMax's baseline, deterministic evaluation).
     """
+    device = next(model.parameters()).device
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, device)
+    return generate_from_ids(model, tokenizer, prompt_ids, prompt_mask,
+                             num_generations=num_generations,
+                             max_completion_length=max_completion_length, temperature=temperature,
+                             top_p=top_p, top_k=top_k, greedy=greedy, generator=generator)
+
+
+@torch.inference_mode()
+def generate_from_ids(model, tokenizer, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *,
+                      num_generations: int = 1, max_completion_length: int = 128,
+                      temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
+                      greedy: bool = False, generator: torch.Generator | None = None) -> Rollout:
+    """:func:`generate` from already tokenized, left-padded prompts ``(N, P)`` and their mask:
+    the multi-turn episodes (:mod:`labkit.agents.episodes`) continue from token ids, since
+    decoding and re-encoding text could merge characters the policy sampled one by one into a
+    tag token."""
     if max_completion_length < 1:
         raise ValueError(f"max_completion_length must be >= 1, got {max_completion_length}")
     if not greedy and temperature <= 0:
         raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
-    device = next(model.parameters()).device
-    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, device)
+    device = prompt_ids.device
     eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
 
     was_training = model.training

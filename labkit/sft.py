@@ -14,7 +14,11 @@ same two functions:
   learning-rate schedule and returns the loss curve.
 
 An example is a dict with ``prompt`` (the user message as a string, or a chat message list) and
-``completion`` (the assistant's text, without the end-of-turn token).
+``completion`` (the assistant's text, without the end-of-turn token), or, for a multi-turn episode
+with a tool (:mod:`labkit.agents`), ``turns``: a list of ``(assistant text, reply)`` pairs, each
+reply (None after the last turn) appended as the environment's turn
+(:data:`labkit.agents.episodes.ENVIRONMENT_TURN`) and masked out of the labels like the prompt:
+the model learns to write its turns, not to predict the tool.
 
 =============== ====== ========================================================================
 tensor          shape  meaning (from :func:`encode_sft`; N examples, T = longest, right-padded)
@@ -57,10 +61,9 @@ def encode_sft(tokenizer, examples, max_len: int):
     for ex in examples:
         prompt = tokenizer(prompt_text(tokenizer, _messages(ex["prompt"])),
                            add_special_tokens=False)["input_ids"]
-        completion = tokenizer(ex["completion"] + tokenizer.eos_token,
-                               add_special_tokens=False)["input_ids"]
+        completion, learned = _completion_ids(tokenizer, ex)
         ids = (prompt + completion)[:max_len]
-        labels = ([-100] * len(prompt) + completion)[:max_len]
+        labels = ([-100] * len(prompt) + learned)[:max_len]
         rows.append(ids)
         label_rows.append(labels)
     width = max(len(r) for r in rows)
@@ -73,6 +76,27 @@ def encode_sft(tokenizer, examples, max_len: int):
         labels[i, : len(lab)] = torch.tensor(lab)
         mask[i, : len(r)] = 1
     return input_ids, mask, labels
+
+
+def _completion_ids(tokenizer, example) -> tuple[list[int], list[int]]:
+    """The completion's ids and its labels (-100 on the environment's turns)."""
+    turns = example.get("turns")
+    if turns is None:
+        ids = tokenizer(example["completion"] + tokenizer.eos_token,
+                        add_special_tokens=False)["input_ids"]
+        return ids, list(ids)
+    from labkit.agents.episodes import environment_turn_ids
+
+    ids, labels = [], []
+    for text, reply in turns:
+        turn = tokenizer(text + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+        ids += turn
+        labels += turn
+        if reply is not None:
+            env = environment_turn_ids(tokenizer, reply)
+            ids += env
+            labels += [-100] * len(env)
+    return ids, labels
 
 
 def length_bucketed_batches(tokenizer, examples, batch_size: int, seed: int, window: int = 32):
@@ -89,10 +113,16 @@ def length_bucketed_batches(tokenizer, examples, batch_size: int, seed: int, win
     batches = []
     for start in range(0, len(examples), size):
         chunk = sorted(examples[start:start + size],
-                       key=lambda ex: len(_text(ex["prompt"])) + len(ex["completion"]))
+                       key=lambda ex: len(_text(ex["prompt"])) + _completion_chars(ex))
         batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
     rng.shuffle(batches)
     return batches
+
+
+def _completion_chars(example) -> int:
+    if "turns" in example:
+        return sum(len(text) + len(reply or "") + 40 for text, reply in example["turns"])
+    return len(example["completion"])
 
 
 def _text(prompt) -> str:

@@ -135,11 +135,16 @@ class Trainer:
     the task suite's train and eval splits; ``reward_funcs`` to ``[accuracy_reward,
     format_reward]`` (TRL's signature ``fn(prompts, completions, **columns)``), weighted by
     ``config.reward_weights``. Each callback is called as ``callback(trainer, row)`` after every
-    step (notebooks draw live plots with it).
+    step (notebooks draw live plots with it). ``environment_factory`` (TRL's name) turns each
+    completion into a multi-turn episode with tools (:mod:`labkit.agents.episodes`): a callable
+    returning an environment whose public methods are the tools; it is reset on each prompt's
+    row, handed to the reward functions as the ``environments`` column, and only the policy's
+    own tokens enter the loss.
     """
 
     def __init__(self, config: TrainConfig | None = None, model=None, tokenizer=None,
-                 train_dataset=None, eval_dataset=None, reward_funcs=None, callbacks=()):
+                 train_dataset=None, eval_dataset=None, reward_funcs=None, callbacks=(),
+                 environment_factory=None):
         self.config = cfg = config if config is not None else TrainConfig()
         if not isinstance(cfg, TrainConfig):
             raise TypeError(f"config must be a TrainConfig, got {type(cfg).__name__}")
@@ -153,6 +158,11 @@ class Trainer:
         self.train_dataset, self.eval_dataset = prepare_datasets(
             cfg, train_dataset, eval_dataset, needs_answers=accuracy_reward in self.reward_funcs)
         self.callbacks = list(callbacks)
+        # multi-turn episodes with tools (labkit.agents): a callable that builds one environment
+        if environment_factory is not None and not callable(environment_factory):
+            raise TypeError(f"environment_factory must be a callable that returns an "
+                            f"environment, got {type(environment_factory).__name__}")
+        self.environment_factory = environment_factory
         # Only the models the configuration needs: a frozen reference only when beta != 0, and
         # none with LoRA, whose reference is the same model with its adapters disabled.
         self.ref_model = (frozen_copy(self.model) if cfg.needs_reference and not cfg.use_peft
@@ -466,6 +476,10 @@ class Trainer:
                                                             self._share_prompts)
             if not finite_where(mb.loss_mask, logp, mb.old_logp, mb.ref_logp):
                 return False
+            if mb.action_mask is not None:  # episodes: what the policy thinks of the tool's text
+                env = mb.completion_mask.bool() & (mb.action_mask == 0)
+                if env.any():
+                    stats.add("environment_logp", logp.detach()[env].mean(), env.sum())
             weights, penalty, filtered = token_filters(
                 cfg, logp, mb.old_logp, mb.advantages, mb.loss_mask, mb.token_weights,
                 torch.Generator().manual_seed(cfg.seed * 7_919 + self.step))  # Clip-Cov's draw
@@ -476,8 +490,8 @@ class Trainer:
                           mb.loss_mask.sum())
             loss, metrics = policy_loss(
                 logp, mb.old_logp, mb.advantages, mb.loss_mask, ref_logp=mb.ref_logp,
-                **policy_loss_settings(cfg), **self.loss.inputs_from(mb), num_items_in_batch=num_items,
-                num_sequences_in_batch=len(mini),
+                **policy_loss_settings(cfg), **self.loss.inputs_from(mb),
+                num_items_in_batch=num_items, num_sequences_in_batch=len(mini),
                 entropy=entropy if cfg.entropy_coef else entropy.detach(),
                 token_weights=weights, token_penalty=penalty)
             stats.add("loss", metrics.pop("loss"), weight=None)
@@ -545,10 +559,12 @@ class Trainer:
 
 
 def train(config: TrainConfig | None = None, model=None, tokenizer=None, train_dataset=None,
-          eval_dataset=None, reward_funcs=None, callbacks=(), resume_from=None) -> TrainResult:
+          eval_dataset=None, reward_funcs=None, callbacks=(), resume_from=None,
+          environment_factory=None) -> TrainResult:
     """Build a :class:`Trainer` and run it; see :class:`Trainer` for the arguments."""
     trainer = Trainer(config, model=model, tokenizer=tokenizer, train_dataset=train_dataset,
-                      eval_dataset=eval_dataset, reward_funcs=reward_funcs, callbacks=callbacks)
+                      eval_dataset=eval_dataset, reward_funcs=reward_funcs, callbacks=callbacks,
+                      environment_factory=environment_factory)
     return trainer.train(resume_from=resume_from)
 
 

@@ -124,6 +124,7 @@ SHARED_FIELDS = {
     "ref_model_mixup_alpha": "ref_model_mixup_alpha",
     "ref_model_sync_steps": "ref_model_sync_steps",
     "top_entropy_quantile": "top_entropy_quantile",
+    "max_tool_calling_iterations": "max_tool_calling_iterations",
 }
 
 class _TRLLossNames(Mapping):
@@ -226,6 +227,9 @@ LAB_ONLY = {
         "sync_ref_model (TR-DPO's soft update, also a lab field)")),
     "cov_penalty": (None, (
         "Clip-Cov / KL-Cov (arXiv 2505.22617) are not in TRL's GRPOTrainer")),
+    "train_on_environment_tokens": (False, (
+        "TRL always keeps tool results out of the loss (its tool_mask); training on them is "
+        "the lab's demonstration of the masking bug")),
     "cispo_min_weight": (None, (
         "TRL's CISPO caps the importance weight from above only; a floor on it (verl's "
         "1 - clip_ratio_low) has no GRPOConfig setting")),
@@ -804,6 +808,7 @@ TRL_DEFAULTS = {
     "save_strategy": "steps", "save_steps": 500, "output_dir": None, "disable_tqdm": None,
     "use_vllm": False, "off_policy_mask_threshold": None, "use_adaptive_entropy": False,
     "min_p": None, "repetition_penalty": 1.0, "cast_lm_head_to_fp32": False,
+    "max_tool_calling_iterations": None,
 }
 
 #: ``GRPOConfig`` fields about logging, saving, reporting and hardware that shape no number of

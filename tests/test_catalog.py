@@ -109,6 +109,7 @@ GENERIC_FIELDS = {
     "save_on_interrupt", "resume_from", "max_nonfinite_steps", "rollback_nonfinite_weights",
     "progress", "max_resample_rounds", "overlong_penalty_factor", "length_reward_weight",
     "length_target", "length_target_easy", "sapo_temperature_pos", "sapo_temperature_neg",
+    "cispo_min_weight",
     "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg", "gfpo_metric",
     "kl_estimator", "entropy_coef", "vf_coef", "clip_range_value", "value_learning_rate",
     "gamma", "lam", "delta", "use_bias_correction_kl", "kl_in_reward", "entropy_threshold",

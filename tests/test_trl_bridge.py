@@ -165,6 +165,7 @@ NON_DEFAULT = {
     "multi_objective_aggregation": {"multi_objective_aggregation": "normalize_then_sum"},
     "use_bias_correction_kl": {"use_bias_correction_kl": True, "beta": 0.04},
     "sapo_temperature_pos": {"sapo_temperature_pos": 0.9, "loss_type": "sapo"},
+    "max_tool_calling_iterations": {"max_tool_calling_iterations": 3},
     "sapo_temperature_neg": {"sapo_temperature_neg": 1.2, "loss_type": "sapo"},
     "vespo_k_pos": {"vespo_k_pos": 1.5, "loss_type": "vespo"},
     "vespo_lambda_pos": {"vespo_lambda_pos": 2.5, "loss_type": "vespo"},

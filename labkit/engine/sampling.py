@@ -11,6 +11,7 @@ import time
 
 import torch
 
+from labkit.agents.episodes import run_episodes
 from labkit.engine.scoring import (
     SampledRound,
     check_context,
@@ -50,17 +51,27 @@ def sample_round(trainer, indices: list[int], sampling_model) -> tuple[Experienc
     cfg, num_generations = trainer.config, trainer.config.num_generations
     rows = trainer.train_dataset[indices]
     tic = time.perf_counter()
-    rollout = generate(sampling_model, trainer.tokenizer, rows["prompt"],
-                       num_generations=num_generations,
-                       max_completion_length=cfg.max_completion_length,
-                       temperature=trainer.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
-                       generator=trainer.generator)
+    if trainer.environment_factory is not None:
+        rollout = run_episodes(sampling_model, trainer.tokenizer, rows["prompt"],
+                               environments(trainer.environment_factory, rows, num_generations),
+                               num_generations=num_generations,
+                               max_completion_length=cfg.max_completion_length,
+                               max_tool_calling_iterations=cfg.max_tool_calling_iterations,
+                               temperature=trainer.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+                               generator=trainer.generator)
+    else:
+        rollout = generate(sampling_model, trainer.tokenizer, rows["prompt"],
+                           num_generations=num_generations,
+                           max_completion_length=cfg.max_completion_length,
+                           temperature=trainer.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+                           generator=trainer.generator)
     generation_time = time.perf_counter() - tic
     if cfg.rlplus_demonstrations:
         rollout = with_demonstrations(rollout, trainer.tokenizer, demonstration_texts(rows),
                                       num_generations)
     check_context(trainer.model, rollout, indices, cfg.max_completion_length, num_generations)
-    batch = Experience.from_rollout(rollout, trainer.tokenizer.pad_token_id)
+    batch = Experience.from_rollout(rollout, trainer.tokenizer.pad_token_id,
+                                    cfg.train_on_environment_tokens)
     batch.prompt_index = torch.tensor(indices, device=trainer.device).repeat_interleave(
         num_generations)
     is_demo = torch.zeros(len(batch), dtype=torch.bool, device=trainer.device)
@@ -71,8 +82,22 @@ def sample_round(trainer, indices: list[int], sampling_model) -> tuple[Experienc
     trainer.sampler.observe(indices, correct.view(-1, num_generations).nanmean(-1).tolist())
     families = rows.get("family", [None] * len(indices))
     produced = SampledRound(batch.reward_components, batch.rewards, correct, batch.lengths,
-                            batch.truncated, [f for f in families for _ in range(num_generations)])
+                            batch.truncated, [f for f in families for _ in range(num_generations)],
+                            rollout if trainer.environment_factory is not None else None)
     return batch, produced, generation_time
+
+
+def environments(factory, rows: dict, num_generations: int) -> list:
+    """One fresh environment per episode, reset on its prompt's row (TRL's contract:
+    ``factory()`` builds one, ``reset(**row)`` starts it)."""
+    names = list(rows)
+    envs = []
+    for values in zip(*(rows[name] for name in names)):
+        for _ in range(num_generations):
+            env = factory()
+            env.reset(**dict(zip(names, values)))
+            envs.append(env)
+    return envs
 
 
 def greedy_rewards(trainer, batch: Experience) -> torch.Tensor:

@@ -46,8 +46,10 @@ def score_completions(config, reward_funcs, rows: dict, rollout, embed=None):
     ==================  ========  =====================================================
     """
     cfg = config
-    per_prompt = len(rollout.texts) // len(rows["prompt"])
-    prompts, columns = per_completion(rows, per_prompt)
+    num_generations = len(rollout.texts) // len(rows["prompt"])
+    prompts, columns = per_completion(rows, num_generations)
+    if getattr(rollout, "environments", None) is not None:
+        columns["environments"] = rollout.environments  # TRL passes them to env rewards too
     completions = rollout.texts
     if prompts and not isinstance(prompts[0], str):  # conversational, as TRL passes them
         completions = [[{"role": "assistant", "content": text}] for text in completions]
@@ -61,8 +63,8 @@ def score_completions(config, reward_funcs, rows: dict, rollout, embed=None):
     device = rollout.completion_ids.device
     totals = torch.tensor(totals, dtype=torch.float32, device=device)
     correct = torch.tensor(correct, dtype=torch.float32)
-    if cfg.diversity_adjustment is not None and per_prompt > 1:
-        totals = totals * dra_weights(embed(rollout), per_prompt).to(device)
+    if cfg.diversity_adjustment is not None and num_generations > 1:
+        totals = totals * dra_weights(embed(rollout), num_generations).to(device)
     lengths = rollout.lengths.to(device)
     if cfg.overlong_buffer_len:
         totals = totals + overlong_penalty(lengths.clone(), cfg.max_completion_length,
@@ -70,7 +72,7 @@ def score_completions(config, reward_funcs, rows: dict, rollout, embed=None):
                                            cfg.overlong_penalty_factor).to(device)
     if cfg.length_reward is not None:
         totals = length_shaped_rewards(
-            cfg.length_reward, totals, lengths, correct.to(device), per_prompt,
+            cfg.length_reward, totals, lengths, correct.to(device), num_generations,
             weight=cfg.length_reward_weight, target=cfg.length_target,
             target_easy=cfg.length_target_easy)
     # on the batch's device, like every other field of the Experience that stores it
@@ -107,6 +109,8 @@ class SampledRound:
     """(N,) bool: no end-of-turn within the budget"""
     families: list
     """[N] task family of each completion's prompt (None when the data has none)"""
+    episodes: object | None = None
+    """the round's :class:`labkit.agents.episodes.Episodes` (tool calls, turns), or None"""
 
 
 def sampling_metrics(rounds: list[SampledRound], reward_names, num_generations: int,
@@ -131,7 +135,24 @@ def sampling_metrics(rounds: list[SampledRound], reward_names, num_generations: 
     for family in sorted({f for f in families if f is not None}):
         chosen = torch.tensor([f == family for f in families])
         row[f"accuracy_{family}"] = nanmean(accuracy[chosen])
+    episodes = [r.episodes for r in rounds if r.episodes is not None]
+    if episodes:
+        row.update(episode_metrics(episodes))
     return row
+
+
+def episode_metrics(episodes) -> dict:
+    """The history's episode columns (tool calls, errors, turns) over a step's episodes."""
+    calls = torch.cat([e.tool_calls.cpu() for e in episodes]).float()
+    errors = torch.cat([e.tool_errors.cpu() for e in episodes]).float()
+    return {"tool_call_rate": (calls > 0).float().mean().item(),
+            "tool_calls": calls.mean().item(),
+            "tool_error_rate": (errors.sum() / calls.sum()).item() if calls.sum() else 0.0,
+            "turns": torch.cat([e.turns.cpu() for e in episodes]).float().mean().item(),
+            "turn_limit_rate": torch.cat([e.turn_limit.cpu()
+                                          for e in episodes]).float().mean().item(),
+            "policy_tokens": torch.cat([e.action_mask.sum(-1).cpu()
+                                        for e in episodes]).float().mean().item()}
 
 
 def demonstration_texts(rows: dict) -> list[str]:

@@ -131,6 +131,19 @@ def _ratio_to_start(column: str, factor: float, below: bool, text: str):
     return test
 
 
+def _tool_never_called(history, config, window):
+    """Episodes ran, and the policy (almost) stopped calling its tool."""
+    means = _smoothed(history, "tool_call_rate", window)
+    if means is None or means.empty:
+        return None
+    low = means[means <= 0.02]
+    if low.empty:
+        return None
+    step, value = int(low.index[0]), float(low.iloc[0])
+    return step, value, (f"only {value:.1%} of episodes call a tool (from step {step}): the "
+                         f"policy answers alone")
+
+
 def _clip_test(history, config, window):
     if config is not None and getattr(config, "importance_sampling_level", "token") != "token":
         return None  # sequence-level ratios clip whole sequences by design (GSPO)
@@ -247,6 +260,33 @@ CHECKS: tuple[Check, ...] = (
           "make the verifier strict; watch the strict accuracy, not the reward",
           "08_rewards_data (verifiers, judge)",
           _reward_without_skill),
+    Check("tool_never_called", "tool_call_rate",
+          "the agent never calls its tool",
+          "the warm start rarely calls it and nothing rewards calling it, or tool calls end in "
+          "errors and wrong answers, so RL learned to avoid them",
+          "warm-start with tool demonstrations; train on cells where the tool is needed; check "
+          "tool_error_rate and the tool-call syntax",
+          "10_agents",
+          _tool_never_called),
+    Check("tool_errors", "tool_error_rate",
+          "tool calls keep failing",
+          "malformed calls (syntax, argument names) or calls the tool refuses; a small model "
+          "drifts from the call format it was warm-started on",
+          "look at the error replies in the episodes; reward only answers (errors then cost "
+          "reward); a stricter format in the warm start",
+          "10_agents",
+          _threshold("tool_error_rate", 0.3,
+                     "{value:.0%} of tool calls were answered with an error (at least "
+                     "{threshold:.0%})")),
+    Check("turn_limit", "turn_limit_rate",
+          "episodes end at the turn limit",
+          "the policy calls tools without ever answering: a loop, or a task that needs more "
+          "turns than max_tool_calling_iterations",
+          "raise max_tool_calling_iterations, or reward answering; look at the last turns",
+          "10_agents",
+          _threshold("turn_limit_rate", 0.5,
+                     "{value:.0%} of episodes stopped at the turn limit (at least "
+                     "{threshold:.0%})")),
     Check("inert_clip_higher", "config",
           "clip-higher set, clip fractions 0",
           "on-policy training (one optimizer step per batch): the ratio is 1, no clip binds",

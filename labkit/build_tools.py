@@ -104,6 +104,7 @@ def with_tool_tags(model, seed: int):
 
 def measure(model, tokenizer, *, seed: int) -> dict:
     """Hard-cell accuracy and tool-call rate with and without the calculator; games solved."""
+    from labkit.agents import NoTools
     from labkit.agents.calculator import CalculatorEnv
     from labkit.agents.episodes import run_episodes
     from labkit.agents.guessing import GuessingEnv
@@ -114,7 +115,7 @@ def measure(model, tokenizer, *, seed: int) -> dict:
     k = 4
     generator = torch.Generator().manual_seed(seed)
     out = {}
-    for name, make in (("with_calculator", CalculatorEnv), ("no_tool", _NoTools)):
+    for name, make in (("with_calculator", CalculatorEnv), ("no_tool", NoTools)):
         envs = []
         for row in hard:
             for _ in range(k):
@@ -140,13 +141,6 @@ def measure(model, tokenizer, *, seed: int) -> dict:
                  max_tool_calling_iterations=6, generator=generator)
     out["guessing_solved"] = sum(env.solved for env in envs) / len(envs)
     return out
-
-
-class _NoTools:
-    """An environment with no tool: a call gets an error reply (the tool-free comparison)."""
-
-    def reset(self, **row) -> None:
-        self.row = row
 
 
 def build(out: Path, *, steps: int, batch_size: int, lr: float, seed: int, threads: int | None,

@@ -30,6 +30,7 @@ import math
 import pandas as pd
 import torch
 
+from labkit.agents.episodes import environments, run_episodes
 from labkit.rewards import accuracy_reward, format_reward, per_completion
 from labkit.rollout import generate
 
@@ -38,19 +39,32 @@ GROUP_COLUMNS = ("family", "difficulty")
 
 def sample_answers(model, tokenizer, dataset, *, k: int = 4, temperature: float = 1.0,
                    max_completion_length: int = 128, prompts_per_batch: int = 64,
-                   seed: int = 0, top_p: float = 1.0, greedy: bool = False) -> pd.DataFrame:
+                   seed: int = 0, top_p: float = 1.0, greedy: bool = False,
+                   environment_factory=None,
+                   max_tool_calling_iterations: int | None = None) -> pd.DataFrame:
     """Sample ``k`` completions for every row of ``dataset``; one output row per sample.
 
-    Columns: ``id, family, difficulty, sample, correct, formatted, length, truncated, text``.
+    Columns: ``id, family, difficulty, sample, correct, formatted, length, truncated, text``;
+    with an ``environment_factory`` each sample is a multi-turn episode with tools
+    (:func:`labkit.agents.episodes.run_episodes`) and ``tool_calls, tool_errors, turns`` are
+    added.
     """
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
     records = []
     for start in range(0, len(dataset), prompts_per_batch):
         rows = dataset[start:start + prompts_per_batch]
-        roll = generate(model, tokenizer, rows["prompt"], num_generations=k,
-                        max_completion_length=max_completion_length, temperature=temperature,
-                        top_p=top_p, greedy=greedy, generator=generator)
+        if environment_factory is None:
+            roll = generate(model, tokenizer, rows["prompt"], num_generations=k,
+                            max_completion_length=max_completion_length,
+                            temperature=temperature, top_p=top_p, greedy=greedy,
+                            generator=generator)
+        else:
+            roll = run_episodes(model, tokenizer, rows["prompt"],
+                                environments(environment_factory, rows, k), num_generations=k,
+                                max_completion_length=max_completion_length,
+                                max_tool_calling_iterations=max_tool_calling_iterations,
+                                temperature=temperature, top_p=top_p, generator=generator)
         prompts, columns = per_completion(rows, k)
         correct = accuracy_reward(prompts, roll.texts, **columns)
         formatted = format_reward(prompts, roll.texts, **columns)
@@ -66,19 +80,29 @@ def sample_answers(model, tokenizer, dataset, *, k: int = 4, temperature: float 
                 "length": int(roll.lengths[i]), "truncated": bool(roll.truncated[i]),
                 "text": text,
             })
+            if environment_factory is not None:
+                records[-1].update(tool_calls=int(roll.tool_calls[i]),
+                                   tool_errors=int(roll.tool_errors[i]),
+                                   turns=int(roll.turns[i]))
     return pd.DataFrame.from_records(records)
 
 
 def summarize(samples: pd.DataFrame, by=GROUP_COLUMNS) -> pd.DataFrame:
     """Aggregate per-sample results (from :func:`sample_answers`) into the evaluation table."""
+    episodes = "tool_calls" in samples
+    if episodes:  # per sample: did it call a tool at all
+        samples = samples.assign(called=samples["tool_calls"] > 0)
+    extra = {"tool_call_rate": ("called", "mean"), "turns": ("turns", "mean")} if episodes else {}
     per_prompt = samples.groupby([*by, "id"], sort=True).agg(
         accuracy=("correct", "mean"), solved=("correct", "max"), length=("length", "mean"),
-        format_rate=("formatted", "mean"), truncation=("truncated", "mean"))
+        format_rate=("formatted", "mean"), truncation=("truncated", "mean"), **extra)
 
     def table(frame):
+        more = {name: (name, "mean") for name in extra}
         return frame.agg(prompts=("accuracy", "size"), accuracy=("accuracy", "mean"),
                          **{"pass@k": ("solved", "mean")}, length=("length", "mean"),
-                         format_rate=("format_rate", "mean"), truncation=("truncation", "mean"))
+                         format_rate=("format_rate", "mean"), truncation=("truncation", "mean"),
+                         **more)
 
     cells = table(per_prompt.groupby(list(by), sort=True)).reset_index()
     overall = table(per_prompt.groupby(lambda _: "all")).reset_index(drop=True)
@@ -156,12 +180,16 @@ def pass_at_k_curve(samples: pd.DataFrame, ks=None, by=GROUP_COLUMNS) -> pd.Data
 
 def evaluate(model, tokenizer, dataset, *, k: int = 4, temperature: float = 1.0,
              max_completion_length: int = 128, seed: int = 0, prompts_per_batch: int = 64,
-             return_samples: bool = False):
+             return_samples: bool = False, environment_factory=None,
+             max_tool_calling_iterations: int | None = None):
     """Sample ``k`` answers per prompt of ``dataset`` and return the table described above
-    (and the per-sample frame when ``return_samples``)."""
+    (and the per-sample frame when ``return_samples``); with an ``environment_factory``, as
+    multi-turn episodes with tools, with ``tool_call_rate`` and ``turns`` columns."""
     samples = sample_answers(model, tokenizer, dataset, k=k, temperature=temperature,
                              max_completion_length=max_completion_length, seed=seed,
-                             prompts_per_batch=prompts_per_batch)
+                             prompts_per_batch=prompts_per_batch,
+                             environment_factory=environment_factory,
+                             max_tool_calling_iterations=max_tool_calling_iterations)
     table = summarize(samples)
     return (table, samples) if return_samples else table
 
@@ -175,6 +203,9 @@ def eval_metrics(table) -> dict:
            "eval_pass@k": float(overall["pass@k"]), "eval_length": float(overall["length"]),
            "eval_format_rate": float(overall["format_rate"]),
            "eval_truncation": float(overall["truncation"])}
+    if "tool_call_rate" in table:
+        row.update(eval_tool_call_rate=float(overall["tool_call_rate"]),
+                   eval_turns=float(overall["turns"]))
     cells = table[table["family"] != "all"]
     if len(cells) > 1:
         row.update({f"eval_accuracy_{c.family}_d{c.difficulty}": float(c.accuracy)

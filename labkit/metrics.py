@@ -64,6 +64,8 @@ METRICS = {
                      "completion_length counts the environment's too)",
     "environment_logp": "episodes: mean log-prob the policy gives the environment's tokens (it "
                         "did not write them; it climbs when they are wrongly trained on)",
+    "eval_tool_call_rate": "episodes: share of eval episodes that called a tool",
+    "eval_turns": "episodes: mean assistant turns of the eval episodes",
     "ptx_loss": "PTX: token-mean NLL (nats) of the step's warm-start examples (ptx_coef > 0), "
                 "before the coefficient",
     "value_loss": "PPO critic loss (clipped squared error to the GAE returns)",

@@ -96,6 +96,24 @@ TOOL_CHAT_TEMPLATE = (
 )
 
 
+#: How a reply of the tool model splits into message fields (transformers' response-template
+#: format, read by ``tokenizer.parse_response`` and by TRL's GRPOTrainer to find tool calls): an
+#: optional ``<think>`` block, then text, then JSON tool calls between the tool-call tags, up to
+#: the end of the turn. The tool model's tokenizer carries it (transformers >= 5.13 saves it).
+TOOL_RESPONSE_TEMPLATE = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "reasoning_content": {"open": "<think>", "close_pattern": r"</think>\s*",
+                              "content": "text"},
+        "tool_calls": {"open": "<tool_call>", "close_pattern": r"</tool_call>\s*",
+                       "repeats": True, "content": "json",
+                       "transform": {"type": "function", "function": "{content}"}},
+        "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"},
+    },
+}
+
+
 def build_char_tokenizer(tool_tags: bool = False):
     """Build the tiny model's character-level tokenizer as a ``transformers`` fast tokenizer.
 
@@ -131,6 +149,8 @@ def build_char_tokenizer(tool_tags: bool = False):
         model_max_length=1024 if tool_tags else 512,
     )
     tok.chat_template = TOOL_CHAT_TEMPLATE if tool_tags else CHAT_TEMPLATE
+    if tool_tags:
+        tok.response_template = TOOL_RESPONSE_TEMPLATE
     return tok
 
 

@@ -34,6 +34,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from labkit.agents import named_environment
+from labkit.agents.guessing import guessing_dataset
 from labkit.config import preset
 from labkit.rewards import NAMED_REWARDS, named_reward
 from labkit.tasks import load_split
@@ -51,7 +53,7 @@ def load_spec(path: str | Path) -> dict:
                          f"its log and takes its seeds from the spec's 'seeds' list; the "
                          f"overrides may not set {', '.join(refused)}")
     unknown = set(spec) - {"preset", "overrides", "seeds", "data", "eval_data", "reward_funcs",
-                           "about"}
+                           "environment", "about"}
     if unknown:
         raise ValueError(f"{path}: unknown spec keys {sorted(unknown)}")
     seeds = spec.setdefault("seeds", [0])
@@ -73,6 +75,18 @@ def reward_funcs(spec: dict, path) -> list | None:
                          f"({', '.join(NAMED_REWARDS)})")
     try:
         return [named_reward(name) for name in names]
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+
+
+def environment_factory(spec: dict, path):
+    """The spec's ``environment``: a key of :data:`labkit.agents.NAMED_ENVIRONMENTS` (episodes
+    with that environment's tools), or None for ordinary completions."""
+    name = spec.get("environment")
+    if name is None:
+        return None
+    try:
+        return named_environment(name)
     except ValueError as err:
         raise ValueError(f"{path}: {err}") from None
 
@@ -104,13 +118,17 @@ def run_spec(path: str | Path, *, threads: int | None = None) -> Path:
     train_data = load_split("train", **cells) if cells else None
     eval_cells = spec.get("eval_data", cells)  # another eval set: what the run may forget
     eval_data = load_split("eval", **eval_cells) if eval_cells else None
+    factory = environment_factory(spec, path)
+    if spec.get("environment") == "guessing":  # the game brings its own data
+        train_data = guessing_dataset(256, seed=0, difficulties=(2, 3))
+        eval_data = guessing_dataset(40, seed=1, difficulties=(2, 3))
     histories = []
     start = time.perf_counter()
     for seed in spec["seeds"]:
         config = preset(spec["preset"], **{"progress": False, **spec.get("overrides", {}),
                                            "seed": seed})
         result = train(config, train_dataset=train_data, eval_dataset=eval_data,
-                       reward_funcs=reward_funcs(spec, path))
+                       reward_funcs=reward_funcs(spec, path), environment_factory=factory)
         history = run_history(result)
         history.insert(0, "seed", seed)
         histories.append(history)

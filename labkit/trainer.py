@@ -540,7 +540,8 @@ class Trainer:
         return eval_metrics(evaluate(self.model, self.tokenizer, self.eval_dataset, k=cfg.eval_k,
                                      temperature=cfg.eval_temperature or cfg.temperature,
                                      max_completion_length=cfg.max_completion_length,
-                                     seed=cfg.seed))
+                                     seed=cfg.seed, environment_factory=self.environment_factory,
+                                     max_tool_calling_iterations=cfg.max_tool_calling_iterations))
 
     def save_checkpoint(self, directory=None) -> Path:
         """Save everything needed to resume, atomically; default ``output_dir/checkpoint-<step>``."""

@@ -35,6 +35,7 @@ builder                           figure (in :mod:`labkit.viz`)
 ``majority_vote_widget``          ``plot_majority_vote``
 ``sampling_weights_widget``       ``plot_sampling_weights``
 ``pass_at_k_widget``              ``plot_pass_at_k``
+``episode_widget``                ``plot_episode``
 ================================  ======================================================
 """
 
@@ -54,6 +55,7 @@ from labkit import viz
 __all__ = [
     "aggregation_widget",
     "clip_region_widget",
+    "episode_widget",
     "gae_widget",
     "gfpo_widget",
     "group_advantages_widget",
@@ -694,3 +696,35 @@ def memory_plan_widget(model: str = "Qwen/Qwen2.5-0.5B-Instruct", num_generation
         return memory_plan_figure(**values, gpus=gpus)
 
     return _interactive(draw, controls)
+
+
+def episode_widget(episodes, tokenizer, row: int = 0, loss: str = "action mask"):
+    """One of ``episodes`` (a :class:`labkit.agents.episodes.Episodes`), its tokens coloured by
+    author (:func:`labkit.viz.plot_episode`): pick the episode, and which tokens the loss takes,
+    the policy's (``"action mask"``, correct) or every token (``"every token"``, the masking
+    bug)."""
+    from labkit.agents.episodes import token_authors
+
+    rows = len(episodes.texts)
+
+    def draw(row, loss):
+        if not 0 <= row < rows:
+            raise ValueError(f"row must be in [0, {rows - 1}], got {row}")
+        length = int(episodes.lengths[row])
+        actions = episodes.action_mask[row, :length]
+        tokens = token_authors(tokenizer, episodes.completion_ids[row, :length], actions)
+        trained = [True] * len(tokens) if loss == "every token" else \
+            [author == "policy" for _, author in tokens]
+        calls = int(episodes.tool_calls[row])
+        return viz.plot_episode(tokens, trained, title=f"episode {row}: {calls} tool call(s), "
+                                                       f"{int(actions.sum())} policy tokens")
+
+    if not widgets_enabled():
+        return draw(row, loss)
+    import ipywidgets
+
+    return _interactive(draw, {
+        "row": _slider("IntSlider", row, 0, max(rows - 1, 0), 1, "episode"),
+        "loss": ipywidgets.Dropdown(options=["action mask", "every token"], value=loss,
+                                    description="loss on", style=_STYLE),
+    })

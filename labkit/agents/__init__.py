@@ -29,7 +29,48 @@ from labkit.agents.tool_calls import (
     run_tool_call,
 )
 
-__all__ = ["CalculatorEnv", "GuessingEnv", "ToolCall", "ToolCallError", "calculate",
-           "calculator_demonstration", "expert_transcript", "format_tool_call",
-           "format_tool_response", "guessing_dataset", "last_tool_call", "parse_tool_call",
-           "run_tool_call"]
+#: Environments a data file (a reference-run spec) may name, by key, and what each is.
+NAMED_ENVIRONMENTS = {
+    "calculator": "labkit.agents.calculator.CalculatorEnv: an exact calculator tool",
+    "no_tools": "labkit.agents.NoTools: no tool at all (a call gets an error reply)",
+    "guessing": "labkit.agents.guessing.GuessingEnv: the guessing game (its own data)",
+}
+
+
+class NoTools:
+    """An environment without tools, for the tool-free comparison: a call is answered with an
+    error naming no tool, and the episode goes on."""
+
+    def reset(self, **row) -> None:
+        """Nothing to remember."""
+
+
+def named_environment(name: str):
+    """The environment factory (a class) a data file calls ``name`` (a key of
+    :data:`NAMED_ENVIRONMENTS`); anything else is refused with the keys."""
+    factories = {"calculator": CalculatorEnv, "no_tools": NoTools, "guessing": GuessingEnv}
+    if not isinstance(name, str) or name not in factories:
+        raise ValueError(f"environment {name!r} is not one of the lab's environments "
+                         f"({', '.join(NAMED_ENVIRONMENTS)}); a data file names environments "
+                         f"by these keys only")
+    return factories[name]
+
+
+__all__ = [
+    "NAMED_ENVIRONMENTS",
+    "CalculatorEnv",
+    "GuessingEnv",
+    "NoTools",
+    "ToolCall",
+    "ToolCallError",
+    "calculate",
+    "calculator_demonstration",
+    "expert_transcript",
+    "format_tool_call",
+    "format_tool_response",
+    "guessing_dataset",
+    "last_tool_call",
+    "named_environment",
+    "parse_tool_call",
+    "run_tool_call",
+]

@@ -72,6 +72,19 @@ def environment_turn_ids(tokenizer, reply: str) -> list[int]:
     return tokenizer(ENVIRONMENT_TURN.format(reply=reply), add_special_tokens=False)["input_ids"]
 
 
+def environments(factory, rows: dict, num_generations: int) -> list:
+    """One fresh environment per episode, reset on its prompt's row (TRL's contract:
+    ``factory()`` builds one, ``reset(**row)`` starts it)."""
+    names = list(rows)
+    envs = []
+    for values in zip(*(rows[name] for name in names)):
+        for _ in range(num_generations):
+            env = factory()
+            env.reset(**dict(zip(names, values)))
+            envs.append(env)
+    return envs
+
+
 def run_episodes(model, tokenizer, prompts, environments, *, num_generations: int = 1,
                  max_completion_length: int = 256, max_tool_calling_iterations: int | None = None,
                  temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
@@ -180,11 +193,44 @@ def _episodes(tokenizer, prompt_ids, prompt_mask, tokens, actions, logps, entrop
         turn_limit=torch.tensor(limited, device=device), environments=list(environments))
 
 
+#: Who wrote a token of an episode: the policy, the tool (its reply's text) or the environment
+#: (the chat markers and tags around the reply).
+AUTHORS = ("policy", "tool", "environment")
+
+
+def token_authors(tokenizer, completion_ids, action_mask) -> list[tuple[str, str]]:
+    """``(token text, author)`` for each token of one episode's completion (padding dropped).
+
+    The policy wrote the tokens whose action mask is 1; of the others, those between a
+    ``<tool_response>`` line and its closing tag are the tool's reply, the rest the environment's
+    framing (turn markers, tags, the next assistant header)."""
+    ids, actions = list(map(int, completion_ids)), list(map(int, action_mask))
+    open_id = tokenizer.convert_tokens_to_ids("<tool_response>")
+    close_id = tokenizer.convert_tokens_to_ids("</tool_response>")
+    out, inside = [], False
+    for token, action in zip(ids, actions):
+        if token == tokenizer.pad_token_id and not action:
+            continue
+        if action:
+            author = "policy"
+        elif token in (open_id, close_id):
+            inside, author = token == open_id, "environment"
+        else:
+            author = "tool" if inside else "environment"
+        out.append((tokenizer.convert_ids_to_tokens(token), author))
+    # the newlines just inside the reply's tags frame it: the environment's
+    for k, (text, author) in enumerate(out):
+        if author == "tool" and text == "\n" and (
+                out[k - 1][0] == "<tool_response>" or out[k + 1][0] == "</tool_response>"):
+            out[k] = (text, "environment")
+    return out
+
+
 def policy_text(episodes: Episodes, tokenizer, row: int) -> str:
     """The text the policy itself wrote in episode ``row`` (its turns, without the replies)."""
     keep = (episodes.action_mask[row] == 1) & (episodes.completion_ids[row] != tokenizer.eos_token_id)
     return tokenizer.decode(episodes.completion_ids[row][keep])
 
 
-__all__ = ["ENVIRONMENT_TURN", "Episodes", "environment_turn_ids", "policy_text",
-           "run_episodes"]
+__all__ = ["AUTHORS", "ENVIRONMENT_TURN", "Episodes", "environment_turn_ids", "environments",
+           "policy_text", "run_episodes", "token_authors"]

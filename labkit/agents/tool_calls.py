@@ -197,7 +197,8 @@ def run_tool_call(env, body: str) -> str:
         return f"{ERROR_PREFIX}{error}"
     tools = environment_tools(env)
     if call.name not in tools:
-        return f"{ERROR_PREFIX}no tool is named {_short(call.name)}; tools: {', '.join(tools)}"
+        return (f"{ERROR_PREFIX}no tool is named {_short(call.name)}; tools: "
+                f"{', '.join(tools) or 'none'}")
     tool = tools[call.name]
     parameters = inspect.signature(tool).parameters
     unknown = [key for key in call.arguments if key not in parameters]

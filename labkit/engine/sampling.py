@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from labkit.agents.episodes import run_episodes
+from labkit.agents.episodes import environments, run_episodes
 from labkit.engine.scoring import (
     SampledRound,
     check_context,
@@ -85,19 +85,6 @@ def sample_round(trainer, indices: list[int], sampling_model) -> tuple[Experienc
                             batch.truncated, [f for f in families for _ in range(num_generations)],
                             rollout if trainer.environment_factory is not None else None)
     return batch, produced, generation_time
-
-
-def environments(factory, rows: dict, num_generations: int) -> list:
-    """One fresh environment per episode, reset on its prompt's row (TRL's contract:
-    ``factory()`` builds one, ``reset(**row)`` starts it)."""
-    names = list(rows)
-    envs = []
-    for values in zip(*(rows[name] for name in names)):
-        for _ in range(num_generations):
-            env = factory()
-            env.reset(**dict(zip(names, values)))
-            envs.append(env)
-    return envs
 
 
 def greedy_rewards(trainer, batch: Experience) -> torch.Tensor:

@@ -11,6 +11,7 @@ module                 what
 ``shaping.py``         DAPO's soft overlong penalty (arXiv 2503.14476, eq. 13)
 ``length.py``          length rewards: Kimi, LASER, budget control, DLER truncation
 ``diversity.py``       DRA-GRPO's diversity-adjusted rewards (arXiv 2505.09655)
+``environment.py``     an episode's outcome and per-turn rewards, kept by its environment
 =====================  ==========================================================================
 
 A data file names a reward by key (:data:`NAMED_REWARDS`, read by :func:`named_reward`), never by
@@ -39,6 +40,8 @@ NAMED_REWARDS = {
     "digit_credit": "labkit.rewards.verifiers.digit_credit_reward (partial credit)",
     "ttrl_vote": "labkit.rewards.ttrl.ttrl_reward (majority-vote pseudo-labels, no answers)",
     "judge": "labkit.rewards.judge.JudgeReward on the shipped tiny judge",
+    "environment": "labkit.rewards.environment.environment_reward (an episode's outcome)",
+    "turns": "labkit.rewards.environment.turn_reward (the sum of an episode's per-turn rewards)",
 }
 
 
@@ -53,7 +56,7 @@ def named_reward(name):
             f"({', '.join(NAMED_REWARDS)}); a data file names rewards by these keys only, and a "
             f"reward function of your own is passed in Python: "
             f"train(..., reward_funcs=[my_reward])")
-    from labkit.rewards import judge, ttrl, verifiers  # built on demand: the judge loads a model
+    from labkit.rewards import environment, judge, ttrl, verifiers  # on demand: a judge loads
 
     if name == "judge":
         return judge.JudgeReward(*judge.load_judge())
@@ -61,7 +64,9 @@ def named_reward(name):
             "lenient_length": verifiers.lenient_length_reward,
             "answer_anywhere": verifiers.answer_anywhere_reward,
             "format_only": verifiers.format_only_reward,
-            "digit_credit": verifiers.digit_credit_reward, "ttrl_vote": ttrl.ttrl_reward}[name]
+            "digit_credit": verifiers.digit_credit_reward, "ttrl_vote": ttrl.ttrl_reward,
+            "environment": environment.environment_reward,
+            "turns": environment.turn_reward}[name]
 
 
 __all__ = ["NAMED_REWARDS", "RewardFunctionError", "accuracy_reward", "combine_rewards_by_weight",

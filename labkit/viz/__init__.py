@@ -36,10 +36,11 @@ function                       what it draws
 ``multitask_weight_paths``     the same weights per step (``difficulty_sampling_weights``: shares)
 ``plot_pass_at_k``             pass@k against k for several models, and the gain over the first
 ``plot_memory_plan``           the memory planner's bill per phase of a step against GPU sizes
+``plot_episode``               an agent episode's tokens coloured by author, the trained ones marked
 =============================  =================================================================
 
 One module per notebook family (``policy_gradient`` 01, ``grpo`` 02-03, ``dapo`` 04, ``gspo`` 05,
-``gfpo`` 06, ``exploration`` 07, ``rewards_data`` 08, ``scaling`` 09), ``runs`` for training curves and ``style``
+``gfpo`` 06, ``exploration`` 07, ``rewards_data`` 08, ``scaling`` 09, ``agents`` 10), ``runs`` for training curves and ``style``
 for what they share; every public name is importable from ``labkit.viz`` itself.
 
 Each ``plot_*`` function returns a :class:`matplotlib.figure.Figure`. Figures are created with
@@ -54,6 +55,7 @@ committed notebook stays small. Legends sit outside the data: beside the axes, o
 the panels.
 """
 
+from labkit.viz.agents import AUTHOR_COLORS, plot_episode
 from labkit.viz.dapo import aggregation_weights, plot_aggregation_weights, plot_overlong_penalty
 from labkit.viz.exploration import (
     SURROGATES,
@@ -81,6 +83,7 @@ from labkit.viz.scaling import plot_memory_plan
 from labkit.viz.style import FIGURE_DPI, LENGTH_LABEL, RATIO_LABEL, enable_notebook_display
 
 __all__ = [
+    "AUTHOR_COLORS",
     "FIGURE_DPI",
     "LENGTH_LABEL",
     "RATIO_LABEL",
@@ -97,6 +100,7 @@ __all__ = [
     "multitask_weight_paths",
     "plot_aggregation_weights",
     "plot_clip_region",
+    "plot_episode",
     "plot_gae",
     "plot_gfpo_filter",
     "plot_group_advantages",

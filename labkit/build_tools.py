@@ -160,10 +160,11 @@ def build(out: Path, *, steps: int, batch_size: int, lr: float, seed: int, threa
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    shown = _repo_relative(out)
     info = {
-        "command": (f"python -m labkit.build_tools --out {out.as_posix()} --steps {steps} "
+        "command": (f"python -m labkit.build_tools --out {shown} --steps {steps} "
                     f"--batch-size {batch_size} --lr {lr} --seed {seed} --threads {threads}"),
-        "base": str(TINY_MODEL_DIR.relative_to(TINY_MODEL_DIR.parent.parent.parent)),
+        "base": _repo_relative(TINY_MODEL_DIR),
         "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed, "max_len": max_len,
         "tool_share": TOOL_SHARE, "game_share": GAME_SHARE,
         "examples": {"total": len(examples),
@@ -175,6 +176,15 @@ def build(out: Path, *, steps: int, batch_size: int, lr: float, seed: int, threa
     }
     (out / "build_info.json").write_text(json.dumps(info, indent=1))
     return info
+
+
+def _repo_relative(path: Path) -> str:
+    """``path`` as the command line of a checkout would write it (data/...), else as given."""
+    root = TINY_MODEL_DIR.resolve().parents[2]
+    try:
+        return Path(path).resolve().relative_to(root).as_posix()
+    except ValueError:
+        return Path(path).as_posix()
 
 
 def main(argv: list[str] | None = None) -> None:

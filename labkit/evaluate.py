@@ -47,7 +47,8 @@ def sample_answers(model, tokenizer, dataset, *, k: int = 4, temperature: float 
     Columns: ``id, family, difficulty, sample, correct, formatted, length, truncated, text``;
     with an ``environment_factory`` each sample is a multi-turn episode with tools
     (:func:`labkit.agents.episodes.run_episodes`) and ``tool_calls, tool_errors, turns`` are
-    added.
+    added; where the rule verifier cannot judge a row (the guessing game), ``correct`` is the
+    environment's outcome (``get_reward()``).
     """
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
@@ -67,6 +68,10 @@ def sample_answers(model, tokenizer, dataset, *, k: int = 4, temperature: float 
                                 temperature=temperature, top_p=top_p, generator=generator)
         prompts, columns = per_completion(rows, k)
         correct = accuracy_reward(prompts, roll.texts, **columns)
+        if environment_factory is not None:  # a task no rule can judge: the environment's outcome
+            correct = [c if c is not None or not hasattr(env, "get_reward")
+                       else float(env.get_reward())
+                       for c, env in zip(correct, roll.environments)]
         formatted = format_reward(prompts, roll.texts, **columns)
         for i, text in enumerate(roll.texts):
             records.append({

@@ -9,7 +9,12 @@ import torch
 
 from labkit.agents import episodes as episodes_module
 from labkit.agents.calculator import CalculatorEnv
-from labkit.agents.episodes import ENVIRONMENT_TURN, environment_turn_ids, run_episodes
+from labkit.agents.episodes import (
+    ENVIRONMENT_TURN,
+    action_mask_of,
+    environment_turn_ids,
+    run_episodes,
+)
 from labkit.agents.tool_calls import format_tool_call
 from labkit.experience import Experience
 from labkit.losses import policy_loss
@@ -117,6 +122,13 @@ def test_the_length_budget_counts_the_environments_tokens(monkeypatch):
     assert episodes.truncated.all() and episodes.tool_calls.tolist() == [1, 1]
     assert (episodes.lengths == call_len).all()
     assert int(episodes.completion_mask.sum(-1).max()) <= call_len + 5
+
+
+def test_the_action_mask_can_be_read_back_from_the_tokens(monkeypatch):
+    episodes, _ = run(monkeypatch, [CALL, CALL, ANSWER])
+    for row in range(2):
+        ids = episodes.completion_ids[row]
+        assert action_mask_of(TOKENIZER, ids) == episodes.action_mask[row].tolist()
 
 
 def test_only_the_policys_tokens_enter_the_loss(monkeypatch):

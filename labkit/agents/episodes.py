@@ -193,6 +193,33 @@ def _episodes(tokenizer, prompt_ids, prompt_mask, tokens, actions, logps, entrop
         turn_limit=torch.tensor(limited, device=device), environments=list(environments))
 
 
+def action_mask_of(tokenizer, completion_ids) -> list[int]:
+    """The action mask of a finished episode read from its tokens alone: 1 where the policy
+    wrote, 0 on each environment turn. An environment turn follows a turn that ended with a tool
+    call (``</tool_call>`` then the end-of-turn token) and runs through the next assistant
+    header (:data:`ENVIRONMENT_TURN`); padding is 0. This is how any trainer must mark tool
+    tokens (TRL's ``tool_mask``), so it checks one against the other."""
+    ids = [int(t) for t in completion_ids]
+    header = tokenizer("<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    close = tokenizer.convert_tokens_to_ids("</tool_call>")
+    mask, i, called = [], 0, False
+    while i < len(ids):
+        token = ids[i]
+        if token == tokenizer.pad_token_id:
+            mask.append(0)
+            i += 1
+            continue
+        mask.append(1)
+        called = called or token == close
+        i += 1
+        if token == tokenizer.eos_token_id and called and i < len(ids):
+            end = next((j + len(header) for j in range(i, len(ids) - len(header) + 1)
+                        if ids[j:j + len(header)] == header), len(ids))
+            mask += [0] * (end - i)
+            i, called = end, False
+    return mask
+
+
 #: Who wrote a token of an episode: the policy, the tool (its reply's text) or the environment
 #: (the chat markers and tags around the reply).
 AUTHORS = ("policy", "tool", "environment")
@@ -232,5 +259,14 @@ def policy_text(episodes: Episodes, tokenizer, row: int) -> str:
     return tokenizer.decode(episodes.completion_ids[row][keep])
 
 
-__all__ = ["AUTHORS", "ENVIRONMENT_TURN", "Episodes", "environment_turn_ids", "environments",
-           "policy_text", "run_episodes", "token_authors"]
+__all__ = [
+    "AUTHORS",
+    "ENVIRONMENT_TURN",
+    "Episodes",
+    "action_mask_of",
+    "environment_turn_ids",
+    "environments",
+    "policy_text",
+    "run_episodes",
+    "token_authors",
+]

@@ -28,6 +28,8 @@ from labkit.tasks import (
 )
 
 _TAGS = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
+#: Where an episode's next assistant turn starts, after a tool's reply (ChatML).
+_ASSISTANT_HEADER = "<|im_start|>assistant\n"
 
 
 class RewardFunctionError(ValueError):
@@ -97,11 +99,13 @@ def format_reward(prompts, completions, **columns) -> list[float]:
     """1.0 when the completion is exactly ``<think>...</think><answer>...</answer>``, else 0.0.
 
     Each tag must appear exactly once, in that order, with nothing before ``<think>``, nothing
-    between ``</think>`` and ``<answer>``, and only whitespace after ``</answer>``.
+    between ``</think>`` and ``<answer>``, and only whitespace after ``</answer>``. In a
+    multi-turn episode (:mod:`labkit.agents`) the answering turn is judged: the text after the
+    last assistant header, so calling a tool first costs no format reward.
     """
     rewards = []
     for completion in completions:
-        text = completion_content(completion).rstrip()
+        text = completion_content(completion).rsplit(_ASSISTANT_HEADER, 1)[-1].rstrip()
         ok = (all(text.count(tag) == 1 for tag in _TAGS)
               and text.startswith(THINK_OPEN) and text.endswith(ANSWER_CLOSE)
               and THINK_CLOSE + ANSWER_OPEN in text)

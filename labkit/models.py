@@ -97,15 +97,16 @@ TOOL_CHAT_TEMPLATE = (
 
 
 #: How a reply of the tool model splits into message fields (transformers' response-template
-#: format, read by ``tokenizer.parse_response`` and by TRL's GRPOTrainer to find tool calls): an
-#: optional ``<think>`` block, then text, then JSON tool calls between the tool-call tags, up to
-#: the end of the turn. The tool model's tokenizer carries it (transformers >= 5.13 saves it).
+#: format, read by ``tokenizer.parse_response`` and by TRL's GRPOTrainer to find tool calls): text,
+#: then JSON tool calls between the tool-call tags, up to the end of the turn. Unlike Qwen3's
+#: template it does not split a ``<think>`` block into ``reasoning_content``: the parse drops an
+#: empty ``<think></think>`` and the whitespace after it, so a format reward would judge other
+#: text under TRL than in the lab. Kept in ``content``, every reward sees what the policy wrote.
+#: The tool model's tokenizer carries it (transformers >= 5.13 saves it).
 TOOL_RESPONSE_TEMPLATE = {
     "defaults": {"role": "assistant"},
     "start_anchor": "<|im_start|>assistant\n",
     "fields": {
-        "reasoning_content": {"open": "<think>", "close_pattern": r"</think>\s*",
-                              "content": "text"},
         "tool_calls": {"open": "<tool_call>", "close_pattern": r"</tool_call>\s*",
                        "repeats": True, "content": "json",
                        "transform": {"type": "function", "function": "{content}"}},

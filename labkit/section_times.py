@@ -15,7 +15,8 @@ interval (a wall time well above the CPU time means the machine was busy with ot
 The kernel's environment gets ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` and ``LABKIT_THREADS`` set
 to 1, the Hugging Face offline switches, and ``LABKIT_STATIC=1`` (widgets draw their static figure,
 as under the notebook tests, ``notebooks/conftest.py``). Every cell has a timeout. The notebooks
-are read, never written: outputs stay in memory. The results go to a JSON file and a markdown
+are read, never written: outputs stay in memory, unless ``--save-executed DIR`` asks for a copy of
+each notebook that ran cleanly (``--save-executed notebooks`` refreshes the committed outputs). The results go to a JSON file and a markdown
 table (``docs/teaching/section_times.json`` and ``.md`` by default) together with a description
 of the machine and the command that produced them. A notebook that fails is recorded with its
 error and the times of the cells that ran; the command then exits with status 1. The kernels
@@ -345,6 +346,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds one cell may run before the notebook is stopped")
     parser.add_argument("--kernel", default=None,
                         help="kernel name (default: the notebook's own kernelspec)")
+    parser.add_argument("--save-executed", type=Path, default=None, metavar="DIR",
+                        help="also write each notebook that ran without error, with its fresh "
+                             "outputs, into DIR (maintainers: DIR=notebooks refreshes the "
+                             "committed outputs in the same run)")
     args = parser.parse_args(argv)
     try:
         paths = resolve_notebooks(args.notebooks, args.notebooks_dir)
@@ -359,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
         nb, times, error = execute_timed(path, args.cell_timeout, args.kernel)
         record = notebook_record(path, nb, times, error)
         report["notebooks"].append(record)
+        if args.save_executed is not None and error is None:
+            args.save_executed.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, args.save_executed / path.name)
         for section in record["sections"]:
             print(f"  {section['wall_s']:7.1f} s  {section['title']}", flush=True)
         print(f"  {record['wall_s']:7.1f} s  total ({record['status']}"

@@ -2,7 +2,7 @@
 
 One JupyterLab server (localhost, a random free port, a token, its own settings, workspace,
 config and runtime dirs, no browser of its own) serves a notebook generated in a temporary dir.
-That notebook holds every widget cell of ``notebooks/0*.ipynb``, with their sources copied
+That notebook holds every widget cell of ``notebooks/NN_*.ipynb``, with their sources copied
 verbatim (and, for ``runs_widget``, the notebook's own cell that loads the reference logs from
 ``data/runs/`` with ``viz.load_run``; for a cell that plots the notebook's live results, its own
 widget call on inputs rebuilt small, see ``WIDGET_INPUTS``); the notebooks' training cells are left
@@ -71,7 +71,7 @@ def widget_cells() -> list[dict]:
     ``runs_widget``, when it loads logs with ``load_run`` rather than training; None otherwise).
     """
     found = []
-    for path in sorted(NOTEBOOKS.glob("0*.ipynb")):
+    for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
         cells = json.loads(path.read_text())["cells"]
         for index, cell in enumerate(cells):
             source = "".join(cell["source"])
@@ -133,7 +133,26 @@ base, tokenizer = load_policy("tiny", device="cpu")
 votes = sample_answers(base, tokenizer, load_split("eval").select(range(4)), k=16, seed=0,
                        max_completion_length=64)
 """
+# Notebook 10's episodes: the tool model on two hard problems and two games, as the notebook samples
+# them (two episodes at least, so the widget's episode slider has somewhere to go).
+_EPISODES = """\
+from labkit.agents import CalculatorEnv, GuessingEnv, guessing_dataset
+from labkit.agents.episodes import environments, run_episodes
+from labkit.models import load_policy
+from labkit.tasks import load_split
+model, tokenizer = load_policy("tiny-tools", device="cpu")
+rows = load_split("eval", families=["add", "mul"], difficulties=[3, 4]).select([0, 1])
+episodes = run_episodes(model, tokenizer, rows["prompt"], environments(CalculatorEnv, rows[:], 4),
+                        num_generations=4, max_completion_length=192,
+                        max_tool_calling_iterations=2, generator=torch.Generator().manual_seed(0))
+called = int(episodes.tool_calls.gt(0).nonzero()[0])
+games = guessing_dataset(1, seed=1)
+played = run_episodes(model, tokenizer, games["prompt"], environments(GuessingEnv, games[:], 2),
+                      num_generations=2, max_completion_length=640,
+                      max_tool_calling_iterations=6, generator=torch.Generator().manual_seed(0))
+"""
 WIDGET_INPUTS = {
+    "episode_widget": _EPISODES,
     "majority_vote_widget": _SAMPLED,
     "pass_at_k_widget": _SAMPLED + """\
 curves = {"base, T=1": pass_at_k_curve(votes, ks=[1, 2, 4, 8, 16]),

@@ -143,6 +143,21 @@ def test_main_writes_json_and_markdown(tmp_path):
     assert markdown_report(report) == text
 
 
+def test_save_executed_writes_the_clean_notebooks_with_their_outputs(tmp_path):
+    folder, saved = tmp_path / "notebooks", tmp_path / "executed"
+    folder.mkdir()
+    nbformat.write(new_notebook(cells=[new_code_cell("print(6 * 7)")]), folder / "01_ok.ipynb")
+    nbformat.write(new_notebook(cells=[new_code_cell("1 / 0")]), folder / "02_fails.ipynb")
+    status = main(["--notebooks-dir", str(folder), "--out-json", str(tmp_path / "t.json"),
+                   "--out-md", str(tmp_path / "t.md"), "--cell-timeout", "60",
+                   "--save-executed", str(saved)])
+    assert status == 1  # the failing notebook
+    assert sorted(p.name for p in saved.iterdir()) == ["01_ok.ipynb"]
+    [cell] = nbformat.read(saved / "01_ok.ipynb", as_version=4).cells
+    assert cell.outputs[0]["text"] == "42\n"
+    assert not nbformat.read(folder / "01_ok.ipynb", as_version=4).cells[0].outputs
+
+
 def test_notebook_names_resolve_or_fail_clearly(tmp_path):
     for stem in ("00_tour", "02_grpo", "02_grpo_extra"):
         (tmp_path / f"{stem}.ipynb").write_text("{}")

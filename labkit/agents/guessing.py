@@ -210,12 +210,11 @@ def expert_transcript(row: dict, rng: random.Random, mistakes: float = 0.0,
     The player reads only the replies' state (the ranges), never the secret. Every turn is under
     120 characters.
 
-    Context budget (the tiny Qwen's character tokenizer and chat template, replies in user
-    turns as ``<tool_response>`` blocks): mistake-free episodes take 538, 603 and 657 tokens on
-    average for 2, 3 and 4 digits (at most 624, 665, 706), over its 512 positions, because the
-    four tool tags are spelled out character by character. Were they single tokens like the
-    think and answer tags, the same episodes would take at most 424, 465 and 506 tokens, and 388,
-    409 and 430 with ``think=False``.
+    Context budget: with the tool model's tokenizer (the four tool tags single tokens, like the
+    think and answer tags; :func:`labkit.models.build_char_tokenizer` with ``tool_tags=True``)
+    mistake-free episodes take at most 424, 465 and 506 tokens, prompt included, for 2, 3 and 4
+    digits (388, 409 and 430 with ``think=False``); spelled out character by character, the tags
+    would push them to 624, 665 and 706.
     """
     if not 0.0 <= mistakes <= 1.0:
         raise ValueError(f"mistakes must be a probability in [0, 1], got {mistakes!r}")

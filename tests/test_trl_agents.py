@@ -9,7 +9,6 @@ from labkit.agents.calculator import CalculatorEnv
 from labkit.agents.episodes import action_mask_of
 from labkit.compat import installed_version, version_tuple
 from labkit.models import TOOL_MODEL_DIR, load_policy
-from labkit.rewards import accuracy_reward
 from labkit.tasks import load_split
 
 trl = pytest.importorskip("trl")
@@ -24,30 +23,30 @@ pytestmark = [
 ]
 
 
-def test_trl_runs_the_calculator_and_masks_exactly_what_labkit_masks(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
-    model, tokenizer = load_policy("tiny-tools", device="cpu", dtype="float32")
-    data = load_split("train", families=["add", "mul"], difficulties=[3, 4]).select(range(8))
-    args = trl.GRPOConfig(
-        output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4,
-        max_completion_length=192, max_steps=2, max_tool_calling_iterations=2,
-        learning_rate=1e-4, use_cpu=True, report_to=[], logging_steps=1,
-        gradient_checkpointing=False, seed=0, save_strategy="no")
-    trainer = trl.GRPOTrainer(model=model, processing_class=tokenizer,
-                              reward_funcs=[accuracy_reward], args=args, train_dataset=data,
-                              environment_factory=CalculatorEnv)
+def test_trl_runs_the_calculator_and_masks_exactly_what_labkit_masks():
+    """Through the bridge (``train_with_trl(environment_factory=...)``), as notebook 10 hands a run to
+    TRL: TRL's tool mask is labkit's action mask, and its tool metrics arrive under the lab's
+    names."""
+    from labkit.config import preset
+    from labkit.trl_bridge import train_with_trl
+
     seen = []
-    generate = trainer._generate_and_score_completions
 
-    def keep(inputs):
-        out = generate(inputs)
-        seen.append({k: out[k].detach().cpu() for k in ("completion_ids", "completion_mask",
-                                                         "tool_mask") if k in out})
-        return out
+    class Recording(trl.GRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            out = super()._generate_and_score_completions(inputs)
+            seen.append({k: out[k].detach().cpu() for k in ("completion_ids", "completion_mask",
+                                                             "tool_mask") if k in out})
+            return out
 
-    monkeypatch.setattr(trainer, "_generate_and_score_completions", keep)
-    result = trainer.train()
-    assert result.global_step == 2
+    config = preset("grpo", model_name_or_path="tiny-tools", max_steps=2, prompts_per_step=8,
+                    num_generations=4, max_completion_length=192, max_tool_calling_iterations=2,
+                    seed=0, device="cpu", dtype="float32", progress=False)
+    data = load_split("train", families=["add", "mul"], difficulties=[3, 4]).select(range(16))
+    result = train_with_trl(config, train_dataset=data, environment_factory=CalculatorEnv,
+                            trainer_class=Recording)
+    assert len(result.history) == 2
+    _, tokenizer = load_policy("tiny-tools", device="cpu")
     with_tools = 0
     for batch in seen:
         assert "tool_mask" in batch, "TRL built no tool mask: did any episode call the tool?"
@@ -58,5 +57,7 @@ def test_trl_runs_the_calculator_and_masks_exactly_what_labkit_masks(tmp_path, m
             assert action_mask_of(tokenizer, ids[:length]) == trl_mask
             with_tools += 0 in trl_mask
     assert with_tools > 0, "no episode called the calculator in two steps"
-    finite = [r for r in trainer.state.log_history if "loss" in r]
-    assert finite and all(torch.isfinite(torch.tensor(float(r["loss"]))) for r in finite)
+    # TRL's tools/call_frequency is the lab's tool_calls (answered calls per episode)
+    assert {"tool_calls", "tool_error_rate"} <= set(result.history.columns)
+    assert result.history["tool_calls"].sum() > 0
+    assert torch.isfinite(torch.tensor(result.history["loss"].to_numpy())).all()

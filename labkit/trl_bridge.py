@@ -340,6 +340,9 @@ TRL_METRICS = {
     "grad_norm": "grad_norm",
     "learning_rate": "learning_rate",
     "step_time": "step_time",
+    # episodes with tools: calls answered per episode, and the share of calls that failed
+    "tools/call_frequency": "tool_calls",
+    "tools/failure_frequency": "tool_error_rate",
 }
 _REWARD_KEY = re.compile(r"^rewards/(?P<name>.+)/mean$")
 _OVERLONG_NAME = "soft_overlong_punishment_reward"
@@ -698,7 +701,8 @@ def num_processes_from_env() -> int:
 
 def train_with_trl(config: TrainConfig, *, model=None, tokenizer=None, train_dataset=None,
                    reward_funcs=None, output_dir=None, callbacks=(), num_processes=None,
-                   drop_unsupported=(), trainer_class=None, **grpo_overrides) -> TRLResult:
+                   drop_unsupported=(), trainer_class=None, environment_factory=None,
+                   **grpo_overrides) -> TRLResult:
     """Train ``config``'s algorithm with TRL's ``GRPOTrainer``; returns a :class:`TRLResult`.
 
     Defaults as the lab's :class:`~labkit.trainer.Trainer`: the model of
@@ -707,7 +711,10 @@ def train_with_trl(config: TrainConfig, *, model=None, tokenizer=None, train_dat
     format_reward]``. ``output_dir`` defaults to ``config.output_dir``, else a temporary folder
     (TRL needs one; nothing is saved unless ``save_every``). ``num_processes`` defaults to the
     launch's (:func:`num_processes_from_env`). ``callbacks`` are ``transformers.TrainerCallback``
-    objects; ``trainer_class`` a ``GRPOTrainer`` subclass; ``grpo_overrides`` go to
+    objects; ``trainer_class`` a ``GRPOTrainer`` subclass; ``environment_factory`` goes to
+    TRL's trainer as it goes to the lab's (episodes with tools, notebook 10: the config's
+    ``max_tool_calling_iterations`` carries over; TRL 1.x calls the argument experimental, so
+    its API may change); ``grpo_overrides`` go to
     :func:`to_grpo_config`.
     """
     from trl import GRPOTrainer
@@ -740,19 +747,26 @@ def train_with_trl(config: TrainConfig, *, model=None, tokenizer=None, train_dat
         train_dataset = load_split("train")
     history = _HistoryCallback()
     trainer_class = trainer_class or GRPOTrainer
+    episodes = {} if environment_factory is None else {"environment_factory": environment_factory}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*loss_type.*")
+        # TRL 1.x marks environment_factory experimental (its API may change); said above
+        warnings.filterwarnings("ignore", message=".*'environment_factory'.*experimental")
         trainer = trainer_class(model=model, reward_funcs=run.reward_funcs, args=run.args,
                                 train_dataset=train_dataset, processing_class=tokenizer,
                                 callbacks=[history.callback, *callbacks],
-                                peft_config=lora_config(config))
+                                peft_config=lora_config(config), **episodes)
     if not config.progress:  # as quiet as the lab's trainer: no per-step log dicts on stdout
         from transformers.trainer_callback import PrinterCallback
 
         trainer.remove_callback(PrinterCallback)
     start = time.perf_counter()
     try:
-        trainer.train()
+        with warnings.catch_warnings():
+            # TRL calls transformers APIs that newer transformers deprecate (TRL 1.16 reads
+            # is_gradient_checkpointing under transformers 5.24): TRL's to move, not the learner's
+            warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
+            trainer.train()
     finally:
         if temporary is not None:
             temporary.cleanup()

@@ -52,6 +52,7 @@ MANIFEST_FOLDERS = ("models", "tasks")
 #: How to rebuild what ``git checkout`` cannot restore, by folder under ``data/``.
 REBUILD_COMMANDS = {"models/tiny-qwen": "python -m labkit.build_tiny",
                     "models/tiny-judge": "python -m labkit.build_judge",
+                    "models/tiny-qwen-tools": "python -m labkit.build_tools",
                     "tasks": "python -m labkit.tasks --out data/tasks"}
 
 MIN_PYTHON, TESTED_PYTHON = (3, 10), (3, 11)
@@ -125,7 +126,13 @@ def check_floors() -> Check:
     if not floors:
         return Check("packages", "warn", "labkit is not pip-installed, so its declared floors are "
                      "unknown; run `pip install -e .` in the repository")
-    problems = compat.check_versions()
+    problems = []
+    for name in floors:  # one at a time, so a version that does not parse names its package
+        try:
+            problems += compat.check_versions([name])
+        except ValueError as error:
+            problems.append(f"{name}: {error}; reinstall it (pip install -U '{name}>="
+                            f"{floors[name]}')")
     if problems:
         return Check("packages", "fail", f"{len(problems)} of {len(floors)} dependencies missing "
                      f"or below their floor: {'; '.join(problems)}", tuple(problems))
@@ -383,6 +390,9 @@ def check_data(data_dir: Path | None = None) -> Check:
     except (OSError, ValueError) as error:
         return Check("data", "fail", f"cannot read {manifest}: {error}",
                      (f"{manifest} is damaged: git checkout -- data/{MANIFEST_NAME}",))
+    if not entries:
+        return Check("data", "fail", f"{manifest} lists no files",
+                     (f"{manifest} is empty: git checkout -- data/{MANIFEST_NAME}",))
     missing, changed = [], []
     for rel, expected in entries.items():
         path = data_dir / rel
@@ -397,6 +407,14 @@ def check_data(data_dir: Path | None = None) -> Check:
         named = [f"missing {rel}" for rel in missing] + [f"corrupted {rel}" for rel in changed]
         return Check("data", "fail", f"{len(fixes)} of {len(entries)} files in {data_dir} bad: "
                      + ", ".join(named), fixes)
+    unlisted = sorted(set(manifest_files(data_dir)) - set(entries))
+    if unlisted:
+        shown = ", ".join(unlisted[:3]) + (f" and {len(unlisted) - 3} more"
+                                           if len(unlisted) > 3 else "")
+        return Check("data", "warn", f"{len(entries)} files in {data_dir} match {MANIFEST_NAME}, "
+                     f"but {len(unlisted)} are not in it and were not verified: {shown} (after "
+                     f"adding or rebuilding files on purpose: python -m labkit.check "
+                     f"--write-manifest)")
     return Check("data", "ok", f"{len(entries)} files in {data_dir} match {MANIFEST_NAME}")
 
 

@@ -844,7 +844,7 @@ PRESETS = {"ppo": _ppo, "grpo": _grpo, "dapo": _dapo, "dr_grpo": _dr_grpo, "gspo
 def preset(name: str, **overrides) -> TrainConfig:
     """The :class:`TrainConfig` of method ``name`` (``ppo``, ``grpo``, ``dapo``, ``dr_grpo``,
     ``gspo``, ``gfpo``), with any field overridden by keyword; see :func:`preset_doc`."""
-    if name not in PRESETS:
+    if not isinstance(name, str) or name not in PRESETS:
         raise ValueError(f"preset must be one of {', '.join(map(repr, PRESETS))}, got {name!r}")
     unknown = set(overrides) - {f.name for f in fields(TrainConfig)}
     if unknown:
@@ -854,7 +854,7 @@ def preset(name: str, **overrides) -> TrainConfig:
 
 def preset_doc(name: str) -> str:
     """The docstring of preset ``name``: the method, its paper settings and the lab's deviations."""
-    if name not in PRESETS:
+    if not isinstance(name, str) or name not in PRESETS:
         raise ValueError(f"preset must be one of {', '.join(map(repr, PRESETS))}, got {name!r}")
     return PRESETS[name].__doc__
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .config import inert_clip_higher_message
+from .config import TrainConfig, inert_clip_higher_message
 
 __all__ = ["CHECKS", "Check", "Finding", "RunDoctor", "diagnose", "troubleshooting_table"]
 
@@ -296,6 +296,11 @@ CHECKS: tuple[Check, ...] = (
 )
 
 
+#: The history columns the checks read.
+_READ_COLUMNS = ("step", *dict.fromkeys(m.strip() for c in CHECKS for m in c.metric.split(",")
+                                         if m.strip() != "config"))
+
+
 def diagnose(history: pd.DataFrame, config=None, *, window: int = 5) -> list[Finding]:
     """The :data:`CHECKS` that fire on ``history`` (and ``config``, for setting checks).
 
@@ -303,10 +308,13 @@ def diagnose(history: pd.DataFrame, config=None, *, window: int = 5) -> list[Fin
     a check whose metric is missing is skipped. A frame with several seeds (a ``seed`` column)
     is diagnosed seed by seed, and each finding names its seed in the message.
     """
-    if not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be an integer >= 1 (steps per mean), got {window!r}")
+    _check_window("window", window)
     if not isinstance(history, pd.DataFrame):
         raise TypeError(f"history must be a pandas DataFrame, got {type(history).__name__}")
+    if config is not None and not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be the run's labkit.config.TrainConfig or None, got "
+                        f"{type(config).__name__}")
+    _check_numbers(history)
     if "seed" in history and history["seed"].nunique() > 1:
         findings = []
         for seed, part in history.groupby("seed", sort=True):
@@ -324,6 +332,26 @@ def diagnose(history: pd.DataFrame, config=None, *, window: int = 5) -> list[Fin
     return findings
 
 
+def _check_window(name: str, value) -> None:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1 (steps), got {value!r}")
+
+
+def _check_numbers(history: pd.DataFrame) -> None:
+    """Every column a check reads holds numbers (numeric text, as a CSV may give, counts; NaN
+    is a step that did not log the metric, except in ``step``)."""
+    for column in _READ_COLUMNS:
+        if column not in history:
+            continue
+        values = history[column]
+        numbers = pd.to_numeric(values, errors="coerce")
+        bad = values[numbers.isna() & (values.notna() if column != "step" else True)]
+        if len(bad):
+            raise ValueError(f"history column {column!r} must hold numbers"
+                             f"{' (no NaN)' if column == 'step' else ''}, got {bad.iloc[0]!r} "
+                             f"in row {bad.index[0]!r}")
+
+
 class RunDoctor:
     """A trainer callback: every ``every`` steps, :func:`diagnose` the history so far and print
     each new finding once (``trainer.callbacks`` or ``train(..., callbacks=[RunDoctor()])``).
@@ -332,8 +360,11 @@ class RunDoctor:
     """
 
     def __init__(self, every: int = 10, window: int = 5, printer=print):
-        if not isinstance(every, int) or every < 1:
-            raise ValueError(f"every must be an integer >= 1 (steps between checks), got {every!r}")
+        _check_window("every", every)
+        _check_window("window", window)
+        if not callable(printer):
+            raise TypeError(f"printer must be a function that takes one line of text (print), "
+                            f"got {printer!r}")
         self.every, self.window, self.printer = every, window, printer
         self.findings: list[Finding] = []
 

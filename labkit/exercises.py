@@ -25,9 +25,11 @@ Input makers take a ``torch.Generator`` and return the keyword arguments of one 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import pandas as pd
 import torch
 
 __all__ = ["LearnerError", "check_function", "check_prediction", "random_group_rewards",
@@ -179,6 +181,8 @@ def _worst(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float):
 
 
 def _compare_values(name: str, got, expected, inputs, atol: float, rtol: float) -> str | None:
+    if isinstance(expected, torch.Tensor) and not isinstance(got, torch.Tensor):
+        return f"`{name}` returned {_describe(got)} but expected {_describe(expected)}"
     got_leaves, exp_leaves = _leaves(got), _leaves(expected)
     if len(got_leaves) != len(exp_leaves):
         return (f"`{name}` returned {len(got_leaves)} value(s) but the reference returns "
@@ -243,11 +247,16 @@ def check_function(learner_fn: Callable, reference_fn: Callable,
         False with a reminder. Any other exception from ``learner_fn`` is re-raised as
         :class:`LearnerError` with a hint.
     """
+    _check_arguments(learner_fn, reference_fn, make_inputs, n_trials, atol, rtol, seed)
     name = name or getattr(learner_fn, "__name__", "your function")
     gradients_compared = False  # stays False where no float input reaches a float output
     for trial in range(n_trials):
         generator = torch.Generator().manual_seed(seed + trial)
-        inputs = dict(make_inputs(generator))
+        made = make_inputs(generator)
+        if not isinstance(made, Mapping):
+            raise TypeError(f"make_inputs must return a dict of keyword arguments, got "
+                            f"{type(made).__name__}")
+        inputs = dict(made)
         ref_inputs, learner_inputs = _copy(inputs, check_grad), _copy(inputs, check_grad)
         expected = reference_fn(**ref_inputs)
         try:
@@ -292,6 +301,24 @@ def check_function(learner_fn: Callable, reference_fn: Callable,
     return True
 
 
+def _check_arguments(learner_fn, reference_fn, make_inputs, n_trials, atol, rtol, seed) -> None:
+    """The checker's own arguments, refused by name (a learner's mistake is never one of these:
+    these are how the notebook calls the checker)."""
+    for label, fn in (("learner_fn", learner_fn), ("reference_fn", reference_fn),
+                      ("make_inputs", make_inputs)):
+        if not callable(fn):
+            raise TypeError(f"{label} must be a function, got {type(fn).__name__} {fn!r}")
+    if type(n_trials) is not int or n_trials < 1:
+        raise ValueError(f"n_trials must be an integer >= 1 (a check of 0 inputs proves "
+                         f"nothing), got {n_trials!r}")
+    for label, value in (("atol", atol), ("rtol", rtol)):
+        if not (isinstance(value, int | float) and not isinstance(value, bool)
+                and 0 <= value < math.inf):
+            raise ValueError(f"{label} must be a finite number >= 0, got {value!r}")
+    if type(seed) is not int:
+        raise TypeError(f"seed must be an integer, got {seed!r}")
+
+
 # --------------------------------------------------------------------------------------------
 # experiment exercises: change a setting, predict, run, check
 # --------------------------------------------------------------------------------------------
@@ -332,7 +359,8 @@ def check_prediction(prediction: str, baseline, changed, metric: str, *, window:
         raise ValueError(f"prediction must be one of {PREDICTIONS}, got {prediction!r}")
     if not isinstance(window, int) or isinstance(window, bool) or window < 1:
         raise ValueError(f"window must be an integer >= 1 (rows averaged), got {window!r}")
-    if not (isinstance(tolerance, int | float) and 0 <= tolerance < float("inf")):
+    if not (isinstance(tolerance, int | float) and not isinstance(tolerance, bool)
+            and 0 <= tolerance < math.inf):
         raise ValueError(f"tolerance must be a finite number >= 0, got {tolerance!r}")
     ends = []
     for which, run in (("baseline", baseline), ("changed", changed)):
@@ -343,7 +371,15 @@ def check_prediction(prediction: str, baseline, changed, metric: str, *, window:
         values = frame[metric].dropna()
         if values.empty:
             raise ValueError(f"the {which} run has no value of {metric!r}")
-        ends.append(float(values.iloc[-window:].mean()))
+        numbers = pd.to_numeric(values, errors="coerce")
+        if numbers.isna().any():
+            raise ValueError(f"metric {metric!r} of the {which} run must hold numbers, got "
+                             f"{values[numbers.isna()].iloc[0]!r}")
+        end = float(numbers.iloc[-window:].mean())
+        if not math.isfinite(end):
+            raise ValueError(f"metric {metric!r} of the {which} run ends at {end} (mean of its "
+                             f"last {window} values): a run that diverged cannot be compared")
+        ends.append(end)
     before, after = ends
     difference = after - before
     shown = ("same" if abs(difference) <= tolerance else "up" if difference > 0 else "down")

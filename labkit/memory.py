@@ -133,7 +133,7 @@ allocator's page reuse moves the RSS by megabytes, hence ``tests/test_memory.py`
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
@@ -179,13 +179,21 @@ class _Shape:
                              f"{', '.join(SUPPORTED_MODEL_TYPES)} (Llama-style decoders), got "
                              f"model_type={model_type!r}")
         self.model_type = model_type
-        self.L = config.num_hidden_layers
-        self.d = config.hidden_size
-        self.d_ff = config.intermediate_size
-        self.V = config.vocab_size
-        self.h = config.num_attention_heads
-        self.h_kv = getattr(config, "num_key_value_heads", None) or self.h
-        self.hd = getattr(config, "head_dim", None) or self.d // self.h
+        self.L = _size(config, "num_hidden_layers")
+        self.d = _size(config, "hidden_size")
+        self.d_ff = _size(config, "intermediate_size")
+        self.V = _size(config, "vocab_size")
+        self.h = _size(config, "num_attention_heads")
+        self.h_kv = _size(config, "num_key_value_heads", optional=True) or self.h
+        self.hd = _size(config, "head_dim", optional=True)
+        if self.hd is None:
+            if self.d % self.h:
+                raise ValueError(f"model config: hidden_size={self.d} is not a multiple of "
+                                 f"num_attention_heads={self.h}, and head_dim is not given")
+            self.hd = self.d // self.h
+        if self.h_kv > self.h or self.h % self.h_kv:
+            raise ValueError(f"model config: num_key_value_heads={self.h_kv} must divide "
+                             f"num_attention_heads={self.h} (grouped-query attention)")
         self.tied = bool(getattr(config, "tie_word_embeddings", False))
         # Qwen2 always has q/k/v biases; the others say so in attention_bias
         self.qkv_bias = model_type == "qwen2" or bool(getattr(config, "attention_bias", False))
@@ -222,11 +230,26 @@ class _Shape:
         return total
 
 
+def _size(config, name: str, optional: bool = False) -> int | None:
+    """A size read from a model config: an integer >= 1 (None allowed when ``optional``)."""
+    value = getattr(config, name, None)
+    if value is None and optional:
+        return None
+    if type(value) is not int or value < 1:
+        raise ValueError(f"model config {name} must be an integer >= 1, got {value!r}")
+    return value
+
+
 def _config(model_config_or_name):
     if isinstance(model_config_or_name, str):
         from labkit.models import load_model_config
 
-        return load_model_config(model_config_or_name)
+        try:
+            return load_model_config(model_config_or_name)
+        except OSError as error:  # not shipped, no such folder, not in the hub cache offline
+            raise ValueError(f"model_config_or_name {model_config_or_name!r} is neither a shipped "
+                             f"shape, a local model folder nor a hub model this machine can "
+                             f"reach ({type(error).__name__}: {str(error)[:200]})") from None
     if not hasattr(model_config_or_name, "num_hidden_layers"):
         raise ValueError(f"model_config_or_name must be a transformers config or a model name "
                          f"(e.g. 'tiny', 'Qwen/Qwen2.5-0.5B-Instruct'), got "
@@ -459,7 +482,7 @@ def gpu_table(plan: pd.DataFrame, gpus: Sequence[float] = GPU_SIZES_GIB) -> pd.D
     The planner's total leaves out the CUDA context and the allocator's caching (module
     docstring), so a plan within about 1 GiB of a card's size should be treated as not fitting.
     """
-    total = float(plan.loc["total", "GiB"])
+    total = _total_gib(plan)
     rows = [{"gpu_GiB": float(g), "planned_GiB": total, "fits": total <= float(g),
              "headroom_GiB": float(g) - total} for g in gpu_sizes(gpus)]
     return pd.DataFrame(rows)
@@ -468,10 +491,23 @@ def gpu_table(plan: pd.DataFrame, gpus: Sequence[float] = GPU_SIZES_GIB) -> pd.D
 def gpu_fits(plan: pd.DataFrame, gpu: float) -> bool:
     """True when the planned total is at most ``gpu`` GiB."""
     (size,) = gpu_sizes([gpu])
-    return float(plan.loc["total", "GiB"]) <= size
+    return _total_gib(plan) <= size
+
+
+def _total_gib(plan) -> float:
+    """The planned total of a :func:`memory_plan` table."""
+    if not isinstance(plan, pd.DataFrame) or "total" not in plan.index or "GiB" not in plan:
+        raise TypeError(f"plan must be a memory_plan(...) table (a DataFrame with a 'total' row "
+                        f"and a 'GiB' column), got {type(plan).__name__}")
+    return float(plan.loc["total", "GiB"])
 
 
 def gpu_sizes(gpus) -> list[float]:
+    """``gpus`` as a list of sizes in GiB; ValueError unless a non-empty list of positive,
+    finite numbers."""
+    if isinstance(gpus, (str, bytes)) or not isinstance(gpus, Iterable):
+        raise TypeError(f"gpus must be a list of positive sizes in GiB (e.g. {GPU_SIZES_GIB}), "
+                        f"got {gpus!r}")
     sizes = list(gpus)
     if not sizes or not all(isinstance(g, (int, float)) and not isinstance(g, bool)
                             and math.isfinite(g) and g > 0 for g in sizes):

@@ -7,10 +7,10 @@ So each comparison a notebook draws is described by a small JSON spec under ``da
      "data": {"families": ["add", "sub"], "difficulties": [2, 3]},
      "about": "DAPO, all four ideas, on the medium cells"}
 
-``seeds`` (default ``[overrides.seed or 0]``) trains one run per seed, so a plot can show the
-spread between seeds as a band; ``data`` selects task-suite cells for both the train and the eval
-split (default: the whole suite); ``eval_data`` (optional) evaluates on other cells instead, e.g.
-the easy cells a run on the medium ones may forget (``{}`` = the whole eval split);
+``seeds`` (default ``[0]``; distinct integers below 2**32) trains one run per seed, so a plot can
+show the spread between seeds as a band; ``data`` selects task-suite cells for both the train and
+the eval split (default: the whole suite); ``eval_data`` (optional) evaluates on other cells
+instead, e.g. the easy cells a run on the medium ones may forget (``{}`` = the whole eval split);
 ``reward_funcs`` (optional) lists the reward functions to train on by their keys in
 :data:`labkit.rewards.NAMED_REWARDS` (never by import path: a spec is data and must not choose
 what code runs). This command trains it and writes the history next to the spec,
@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -36,30 +37,148 @@ import torch
 
 from labkit.agents import named_environment
 from labkit.agents.guessing import guessing_dataset
-from labkit.config import preset
+from labkit.config import PRESETS, preset
 from labkit.rewards import NAMED_REWARDS, named_reward
-from labkit.tasks import load_split
+from labkit.tasks import DIFFICULTIES, FAMILIES, load_split
 from labkit.trainer import train
+
+#: The keys a spec may hold.
+SPEC_KEYS = ("preset", "overrides", "seeds", "data", "eval_data", "reward_funcs", "environment",
+             "about")
+#: A spec is a few hundred bytes; a file larger than this is not one, and is not read.
+MAX_SPEC_BYTES = 1 << 20
+#: Seeds stay within 32 bits, the range every seeded library (numpy included) accepts.
+MAX_SEED = 2**32 - 1
+#: What ``data`` and ``eval_data`` may select: the task suite's cells.
+_CELLS = {"families": (FAMILIES, str), "difficulties": (DIFFICULTIES, int)}
 
 
 def load_spec(path: str | Path) -> dict:
-    """Read a run spec: ``preset`` (required), ``overrides`` (TrainConfig fields), ``about``."""
-    spec = json.loads(Path(path).read_text())
+    """Read and check a run spec (the module docstring's keys); returns it as a dict with
+    ``seeds`` filled in.
+
+    Every key is checked here, before anything trains (the overrides by building the run's
+    :class:`~labkit.config.TrainConfig`), so a bad spec fails at once with a ``ValueError`` naming
+    the file, the key, the value and what is allowed; a path that is not there raises
+    ``FileNotFoundError``. Nothing in a spec is imported or run.
+    """
+    path = Path(path)
+    spec = _read_json(path)
     if "preset" not in spec:
         raise ValueError(f"{path}: a run spec needs a 'preset' key (e.g. \"grpo\")")
-    refused = sorted({"resume_from", "output_dir", "seed"} & set(spec.get("overrides", {})))
+    unknown = sorted(set(spec) - set(SPEC_KEYS))
+    if unknown:
+        raise ValueError(f"{path}: unknown spec keys {unknown}; a spec takes "
+                         f"{', '.join(SPEC_KEYS)}")
+    if not isinstance(spec["preset"], str) or spec["preset"] not in PRESETS:
+        raise ValueError(f"{path}: 'preset' must be one of {', '.join(map(repr, PRESETS))}, got "
+                         f"{spec['preset']!r}")
+    overrides = spec.get("overrides", {})
+    if not isinstance(overrides, dict):
+        raise ValueError(  # noqa: TRY004 (a value read from a file)
+            f"{path}: 'overrides' must be an object of TrainConfig fields (e.g. "
+            f"{{\"max_steps\": 200}}), got {overrides!r}")
+    refused = sorted({"resume_from", "output_dir", "seed"} & set(overrides))
     if refused:
         raise ValueError(f"{path}: a reference run starts from the shipped model, writes only "
                          f"its log and takes its seeds from the spec's 'seeds' list; the "
                          f"overrides may not set {', '.join(refused)}")
-    unknown = set(spec) - {"preset", "overrides", "seeds", "data", "eval_data", "reward_funcs",
-                           "environment", "about"}
-    if unknown:
-        raise ValueError(f"{path}: unknown spec keys {sorted(unknown)}")
     seeds = spec.setdefault("seeds", [0])
-    if not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
-        raise ValueError(f"{path}: 'seeds' must be a non-empty list of integers >= 0")
+    if (not isinstance(seeds, list) or not seeds
+            or not all(type(s) is int and 0 <= s <= MAX_SEED for s in seeds)
+            or len(set(seeds)) != len(seeds)):
+        raise ValueError(f"{path}: 'seeds' must be a non-empty list of distinct integers in "
+                         f"[0, {MAX_SEED}], got {seeds!r}")
+    for key in ("data", "eval_data"):
+        if key in spec:
+            _check_cells(spec[key], key, path)
+    _check_reward_names(spec.get("reward_funcs"), path)
+    environment_factory(spec, path)
+    if not isinstance(spec.get("about", ""), str):
+        raise ValueError(  # noqa: TRY004 (a value read from a file)
+            f"{path}: 'about' must be a string, got {spec['about']!r}")
+    try:
+        with warnings.catch_warnings():  # the run itself warns about its settings, once
+            warnings.simplefilter("ignore")
+            spec_config(spec, seeds[0])
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"{path}: 'overrides': {err}") from None
     return spec
+
+
+def spec_config(spec: dict, seed: int):
+    """The TrainConfig of one seed of a (checked) spec."""
+    return preset(spec["preset"], **{"progress": False, **spec.get("overrides", {}),
+                                     "seed": seed})
+
+
+def _read_json(path: Path) -> dict:
+    """The JSON object in ``path``: a UTF-8 file (a byte-order mark is fine) of at most
+    :data:`MAX_SPEC_BYTES`, strict JSON (no NaN or Infinity, no key twice)."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such run spec")
+    if not path.is_file():
+        raise ValueError(f"{path} is not a file: a run spec is a JSON file")
+    size = path.stat().st_size
+    if size > MAX_SPEC_BYTES:
+        raise ValueError(f"{path}: {size:,} bytes is too large for a run spec (at most "
+                         f"{MAX_SPEC_BYTES:,} bytes)")
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path} is not UTF-8 text ({err})") from None
+    try:
+        spec = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise ValueError(f"{path}: JSON nested too deeply to be a run spec") from None
+    except ValueError as err:
+        raise ValueError(f"{path} is not a valid JSON run spec: {err}") from None
+    if not isinstance(spec, dict):
+        raise ValueError(  # noqa: TRY004 (a value read from a file)
+            f"{path}: a run spec is a JSON object ({{\"preset\": ...}}), got "
+            f"{type(spec).__name__}")
+    return spec
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON: a spec's numbers are finite")
+
+
+def _unique_keys(pairs: list) -> dict:
+    keys = [key for key, _ in pairs]
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:
+        raise ValueError(f"key {twice[0]!r} appears twice in one object")
+    return dict(pairs)
+
+
+def _check_cells(cells, key: str, path: Path) -> None:
+    if not isinstance(cells, dict):
+        raise ValueError(  # noqa: TRY004 (a value read from a file)
+            f"{path}: '{key}' must be an object with 'families' and/or 'difficulties' (e.g. "
+            f"{{\"families\": [\"add\"]}}; {{}} is the whole suite), got {cells!r}")
+    unknown = sorted(set(cells) - set(_CELLS))
+    if unknown:
+        raise ValueError(f"{path}: '{key}' takes 'families' and 'difficulties', got {unknown}")
+    for name, (allowed, kind) in _CELLS.items():
+        chosen = cells.get(name, list(allowed))
+        if (not isinstance(chosen, list) or not chosen
+                or not all(type(c) is kind and c in allowed for c in chosen)):
+            raise ValueError(f"{path}: '{key}.{name}' must be a non-empty list of "
+                             f"{', '.join(map(repr, allowed))}, got {chosen!r}")
+
+
+def _check_reward_names(names, path: Path) -> None:
+    if names is None:
+        return
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{path}: 'reward_funcs' must be a non-empty list of reward names "
+                         f"({', '.join(NAMED_REWARDS)}), got {names!r}")
+    unknown = [n for n in names if n not in NAMED_REWARDS]
+    if unknown:
+        raise ValueError(f"{path}: 'reward_funcs' names {unknown[0]!r}, which is not one of the "
+                         f"lab's named rewards ({', '.join(NAMED_REWARDS)}); a spec names rewards "
+                         f"by these keys only, never by import path")
 
 
 def reward_funcs(spec: dict, path) -> list | None:
@@ -68,15 +187,8 @@ def reward_funcs(spec: dict, path) -> list | None:
     trainer's default rewards. A spec names rewards by key, never by import path, so a shared
     spec cannot make this command import or run code of its choosing."""
     names = spec.get("reward_funcs")
-    if names is None:
-        return None
-    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-        raise ValueError(f"{path}: 'reward_funcs' must be a non-empty list of reward names "
-                         f"({', '.join(NAMED_REWARDS)})")
-    try:
-        return [named_reward(name) for name in names]
-    except ValueError as err:
-        raise ValueError(f"{path}: {err}") from None
+    _check_reward_names(names, path)
+    return None if names is None else [named_reward(name) for name in names]
 
 
 def environment_factory(spec: dict, path):
@@ -125,16 +237,14 @@ def run_spec(path: str | Path, *, threads: int | None = None) -> Path:
     histories = []
     start = time.perf_counter()
     for seed in spec["seeds"]:
-        config = preset(spec["preset"], **{"progress": False, **spec.get("overrides", {}),
-                                           "seed": seed})
-        result = train(config, train_dataset=train_data, eval_dataset=eval_data,
+        result = train(spec_config(spec, seed), train_dataset=train_data, eval_dataset=eval_data,
                        reward_funcs=reward_funcs(spec, path), environment_factory=factory)
         history = run_history(result)
         history.insert(0, "seed", seed)
         histories.append(history)
     minutes = (time.perf_counter() - start) / 60
     out = path.with_suffix(".csv")
-    with out.open("w") as f:
+    with out.open("w", encoding="utf-8") as f:
         f.write(f"# command: python -m labkit.reference_runs {path.as_posix()}\n")
         pd.concat(histories, ignore_index=True).to_csv(f, index=False, float_format="%.6g")
     print(f"{path}: {len(spec['seeds'])} seed(s) x {len(histories[0]) - 1} steps in "
@@ -146,10 +256,23 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description="Train reference runs from JSON specs and write "
                                              "their histories as CSV next to the specs.")
     ap.add_argument("specs", nargs="+", type=Path)
-    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    ap.add_argument("--threads", type=_threads, default=None, help="torch CPU threads (>= 1)")
     args = ap.parse_args(argv)
+    for spec in args.specs:  # every spec is checked before the first one trains
+        load_spec(spec)
     for spec in args.specs:
         run_spec(spec, threads=args.threads)
+
+
+def _threads(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"--threads must be an integer >= 1 (torch CPU "
+                                         f"threads), got {text!r}")
+    return count
 
 
 if __name__ == "__main__":

@@ -80,6 +80,7 @@ from labkit.engine.run_control import (
     guarded_optimizer_step,
     peak_memory_mb,
     restore_rng,
+    terminate_as_interrupt,
 )
 from labkit.engine.sampling import greedy_rewards, sample_round, synced_sampling_model
 from labkit.engine.scoring import sampling_metrics
@@ -213,7 +214,8 @@ class Trainer:
 
         A Ctrl-C stops the run at the next safe point: the step in progress is either finished
         (its update had started) or forgotten (it had not); with ``output_dir`` a checkpoint of
-        the last completed step is saved, and a second Ctrl-C cannot tear it.
+        the last completed step is saved, and a second Ctrl-C cannot tear it. SIGTERM (``kill``,
+        a scheduler's preemption) stops the run the same way.
         """
         from tqdm.auto import tqdm
 
@@ -224,16 +226,17 @@ class Trainer:
                    desc=f"{cfg.advantage_estimator}/{cfg.loss_type}")
         interrupted = False
         try:
-            if cfg.eval_every and not self.eval_rows:
-                with self.guard:
-                    self.eval_rows.append({"step": self.step, **self.evaluate()})
-                self.guard.raise_if_requested()
-            while self.step < cfg.max_steps:
-                row = self._run_step()
-                bar.update(1)
-                bar.set_postfix(reward=f"{row['reward']:.3f}", acc=f"{row['accuracy']:.2f}",
-                                len=f"{row['completion_length']:.0f}")
-                self._after_step(row)
+            with terminate_as_interrupt():  # SIGTERM (kill, preemption) stops as Ctrl-C does
+                if cfg.eval_every and not self.eval_rows:
+                    with self.guard:
+                        self.eval_rows.append({"step": self.step, **self.evaluate()})
+                    self.guard.raise_if_requested()
+                while self.step < cfg.max_steps:
+                    row = self._run_step()
+                    bar.update(1)
+                    bar.set_postfix(reward=f"{row['reward']:.3f}", acc=f"{row['accuracy']:.2f}",
+                                    len=f"{row['completion_length']:.0f}")
+                    self._after_step(row)
         except KeyboardInterrupt:
             interrupted = True
             self._on_interrupt()

@@ -70,6 +70,8 @@ sequence-level clip flags over sequences, the lab over tokens.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import math
 import os
 import re
@@ -376,8 +378,9 @@ def check_supported(config: TrainConfig, drop_unsupported=()) -> dict[str, str]:
     ``drop_unsupported`` names lab features (:data:`DROPPABLE`) the caller accepts to lose.
     Returns ``{field: what was dropped and why}`` for those that were actually set.
     """
+    _check_config(config)
     values = _fields(config)
-    drop = set(drop_unsupported)
+    drop = _drop_names(drop_unsupported)
     unknown = drop - set(DROPPABLE)
     if unknown:
         raise ValueError(f"drop_unsupported may name {sorted(DROPPABLE)}, got {sorted(unknown)}: "
@@ -421,6 +424,36 @@ def check_supported(config: TrainConfig, drop_unsupported=()) -> dict[str, str]:
     return dropped
 
 
+def _check_config(config) -> None:
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a labkit.config.TrainConfig (e.g. preset('grpo')), got "
+                        f"{type(config).__name__}")
+
+
+def _drop_names(drop_unsupported) -> set:
+    """``drop_unsupported`` as a set of names: one name, or a list or tuple of them."""
+    if isinstance(drop_unsupported, str):
+        return {drop_unsupported}
+    if not isinstance(drop_unsupported, (list, tuple, set, frozenset)):
+        raise TypeError(f"drop_unsupported must be a tuple of field names among "
+                        f"{sorted(DROPPABLE)}, got {drop_unsupported!r}")
+    return set(drop_unsupported)
+
+
+def _check_processes(num_processes) -> None:
+    if type(num_processes) is not int or num_processes < 1:
+        raise ValueError(f"num_processes must be an integer >= 1, got {num_processes!r}")
+
+
+def _largest_divisor(n: int, cap: int) -> int:
+    """The largest divisor of ``n`` that is at most ``cap`` (found among the divisor pairs up
+    to sqrt(n), so a batch of 10**12 takes a second, not forever)."""
+    if cap >= n:
+        return n
+    divisors = (x for d in range(1, math.isqrt(n) + 1) if n % d == 0 for x in (d, n // d))
+    return max(x for x in divisors if x <= cap)
+
+
 def trl_batch_sizes(config: TrainConfig, num_processes: int = 1) -> dict[str, int]:
     """TRL's batch sizes and step count for ``config`` on ``num_processes`` processes.
 
@@ -429,8 +462,8 @@ def trl_batch_sizes(config: TrainConfig, num_processes: int = 1) -> dict[str, in
     processes) and ``max_steps`` (optimizer steps). Raises ``ValueError`` when the generation
     batch does not split into equal mini-batches, or a mini-batch over the processes.
     """
-    if not isinstance(num_processes, int) or num_processes < 1:
-        raise ValueError(f"num_processes must be an integer >= 1, got {num_processes!r}")
+    _check_config(config)
+    _check_processes(num_processes)
     generation = config.prompts_per_step * config.num_generations
     mini_batches = config.num_mini_batches
     if generation % mini_batches:
@@ -447,7 +480,7 @@ def trl_batch_sizes(config: TrainConfig, num_processes: int = 1) -> dict[str, in
             f"prompts_per_step, num_mini_batches or the number of processes")
     local = mini // num_processes
     cap = min(config.micro_batch_size or local, local)
-    micro = max(d for d in range(1, cap + 1) if local % d == 0)
+    micro = _largest_divisor(local, cap)
     per_micro_batch = get_loss_type(config.loss_type).aggregation in LOCAL_AGGREGATIONS
     if per_micro_batch and config.micro_batch_size is not None and micro != cap:
         raise ValueError(
@@ -540,11 +573,19 @@ def to_grpo_config(config: TrainConfig, *, output_dir, num_processes: int = 1,
     from trl import GRPOConfig
 
     check_supported(config, drop_unsupported)
+    if not isinstance(output_dir, (str, os.PathLike)):
+        raise TypeError(f"output_dir must be a folder path (str or os.PathLike), got "
+                        f"{output_dir!r}")
+    if num_reward_funcs is not None and (type(num_reward_funcs) is not int
+                                         or num_reward_funcs < 1):
+        raise ValueError(f"num_reward_funcs must be None or an integer >= 1 (reward functions "
+                         f"before the overlong punishment), got {num_reward_funcs!r}")
     clash = sorted(set(overrides) & _PROTECTED)
     if clash:
         raise ValueError(f"{', '.join(clash)} follow(s) from the TrainConfig; set the lab field "
                          f"(see labkit.trl_bridge.SHARED_FIELDS) instead of overriding TRL's")
     trl_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    _check_overrides(overrides, GRPOConfig)
     values = _fields(config)
     defaults = _defaults()
     kwargs = {name: value for name, value in TRL_PINNED.items() if name in trl_fields}
@@ -584,7 +625,34 @@ def to_grpo_config(config: TrainConfig, *, output_dir, num_processes: int = 1,
     kwargs.update(output_dir=str(output_dir), logging_steps=1, report_to=[],
                   disable_tqdm=not config.progress, ddp_find_unused_parameters=False)
     kwargs.update(overrides)
-    return GRPOConfig(**kwargs)
+    try:
+        return GRPOConfig(**kwargs)
+    except (TypeError, ValueError) as error:
+        if not overrides:
+            raise
+        raise ValueError(f"GRPOConfig refused these settings with the overrides "
+                         f"{', '.join(f'{k}={v!r}' for k, v in overrides.items())}: "
+                         f"{type(error).__name__}: {error}") from error
+
+
+def _check_overrides(overrides: dict, grpo_config) -> None:
+    """Every override is a ``GRPOConfig`` field; one whose default is a bool takes a bool and one
+    whose default is a number takes a number (the others are TRL's to check)."""
+    fields = {f.name: f for f in dataclasses.fields(grpo_config)}
+    unknown = sorted(set(overrides) - set(fields))
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)}: not GRPOConfig field(s) of this TRL version; "
+                         f"overrides take GRPOConfig's arguments (report_to, logging_steps, "
+                         f"use_vllm, ...)")
+    for name, value in overrides.items():
+        default = fields[name].default
+        if isinstance(default, bool) and not isinstance(value, bool):
+            raise TypeError(f"override {name}={value!r}: GRPOConfig's {name} takes True or "
+                            f"False")
+        if (isinstance(default, int | float) and not isinstance(default, bool)
+                and (isinstance(value, bool) or not isinstance(value, int | float))):
+            raise TypeError(f"override {name}={value!r}: GRPOConfig's {name} takes a number "
+                            f"(default {default!r})")
 
 
 @dataclass
@@ -655,6 +723,22 @@ def history_from_logs(log_history, steps_per_lab_step: int = 1) -> pd.DataFrame:
     return frame.astype({c: float for c in frame.columns if c not in ("step", "optimizer_step")})
 
 
+def _checked(reward_funcs) -> list:
+    """The user's reward functions wrapped in :class:`labkit.rewards.CheckedReward` (a faulty
+    result names the function), leaving TRL's own functions, reward models and async functions
+    to TRL."""
+    from labkit.rewards.rule_based import CheckedReward
+
+    def plain(fn) -> bool:
+        inner = fn.func if isinstance(fn, functools.partial) else fn
+        return (callable(fn) and not isinstance(fn, (str, torch.nn.Module))
+                and not str(getattr(inner, "__module__", "")).startswith("trl.")
+                and not inspect.iscoroutinefunction(inner)
+                and not inspect.iscoroutinefunction(type(inner).__call__))
+
+    return [CheckedReward(fn) if plain(fn) else fn for fn in reward_funcs]
+
+
 class _HistoryCallback:
     """Keeps every train log TRL emits (``on_log``), on every process."""
 
@@ -694,8 +778,16 @@ class TRLResult:
 def num_processes_from_env() -> int:
     """Processes of the current launch (``WORLD_SIZE`` from torchrun/accelerate, or MPI's)."""
     for name in ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
-        if os.environ.get(name):
-            return int(os.environ[name])
+        text = os.environ.get(name)
+        if text:
+            try:
+                count = int(text)
+            except ValueError:
+                count = 0
+            if count < 1:
+                raise ValueError(f"the environment variable {name}={text!r} must be a number "
+                                 f"of processes >= 1 (set by torchrun, accelerate or MPI)")
+            return count
     return 1
 
 
@@ -752,7 +844,8 @@ def train_with_trl(config: TrainConfig, *, model=None, tokenizer=None, train_dat
         warnings.filterwarnings("ignore", message=".*loss_type.*")
         # TRL 1.x marks environment_factory experimental (its API may change); said above
         warnings.filterwarnings("ignore", message=".*'environment_factory'.*experimental")
-        trainer = trainer_class(model=model, reward_funcs=run.reward_funcs, args=run.args,
+        trainer = trainer_class(model=model, reward_funcs=_checked(run.reward_funcs),
+                                args=run.args,
                                 train_dataset=train_dataset, processing_class=tokenizer,
                                 callbacks=[history.callback, *callbacks],
                                 peft_config=lora_config(config), **episodes)
@@ -919,8 +1012,14 @@ def from_grpo_config(args, *, reward_funcs=None, num_processes: int = 1,
     by name, as is a batch geometry that does not divide.
     """
     trl, chosen = _trl_settings(args)
-    if not isinstance(num_processes, int) or num_processes < 1:
-        raise ValueError(f"num_processes must be an integer >= 1, got {num_processes!r}")
+    _check_processes(num_processes)
+    _check_trl_values(trl)
+    if dataset_size is not None and (type(dataset_size) is not int or dataset_size < 1):
+        raise ValueError(f"dataset_size must be None or the number of rows of the train set "
+                         f"(an integer >= 1), got {dataset_size!r}")
+    if reward_funcs is not None and not isinstance(reward_funcs, (list, tuple)):
+        raise TypeError(f"reward_funcs must be None or a list of the run's reward functions, "
+                        f"got {reward_funcs!r}")
     refused = [f"{name}={trl[name]!r}" for name, pinned in TRL_PINNED.items()
                if name not in SHARED_FIELDS.values() and trl.get(name, pinned) != pinned]
     known = {*SHARED_FIELDS.values(), *TRL_PINNED, *TRL_DEFAULTS, "adam_epsilon"}
@@ -971,6 +1070,8 @@ def from_grpo_config(args, *, reward_funcs=None, num_processes: int = 1,
         strategy = getattr(trl["save_strategy"], "value", trl["save_strategy"])  # enum or text
         if strategy == "steps" and trl["save_steps"] >= 1:
             values["save_every"] = max(1, round(trl["save_steps"] / steps_per_lab_step))
+        elif strategy == "steps":  # below 1, TRL reads save_steps as a share of the run
+            values["save_every"] = max(1, round(trl["save_steps"] * values["max_steps"]))
     if trl["warmup_ratio"] is not None:
         values["warmup_ratio"] = trl["warmup_ratio"]
     else:
@@ -980,6 +1081,44 @@ def from_grpo_config(args, *, reward_funcs=None, num_processes: int = 1,
     if values["warmup_ratio"] and values["lr_scheduler_type"] == "constant":
         values["warmup_ratio"] = 0.0
     return TrainConfig(**values)
+
+
+#: TRL settings :func:`from_grpo_config` computes with, and what each must be.
+_COUNTS = ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations")
+_OPTIONAL_COUNTS = ("steps_per_generation", "generation_batch_size")
+_FLAGS = ("fp16", "use_cpu")
+_OPTIONAL_FLAGS = ("bf16", "disable_tqdm")
+
+
+def _check_trl_values(trl: dict) -> None:
+    """Refuse, by name, a TRL setting of the wrong type or range before any arithmetic on it."""
+    def number(value) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(
+            value)
+
+    problems = [f"{n} must be an integer >= 1, got {trl[n]!r}" for n in _COUNTS
+                if type(trl[n]) is not int or trl[n] < 1]
+    problems += [f"{n} must be None or an integer >= 1, got {trl[n]!r}" for n in _OPTIONAL_COUNTS
+                 if trl[n] is not None and (type(trl[n]) is not int or trl[n] < 1)]
+    problems += [f"{n} must be True or False, got {trl[n]!r}" for n in _FLAGS
+                 if not isinstance(trl[n], bool)]
+    problems += [f"{n} must be None, True or False, got {trl[n]!r}" for n in _OPTIONAL_FLAGS
+                 if trl[n] is not None and not isinstance(trl[n], bool)]
+    if type(trl["max_steps"]) is not int:
+        problems.append(f"max_steps must be an integer (optimizer steps; -1: count epochs), got "
+                        f"{trl['max_steps']!r}")
+    for name, bound in (("num_train_epochs", "> 0"), ("save_steps", "> 0"),
+                        ("warmup_steps", ">= 0")):
+        value = trl[name]
+        if not number(value) or value < 0 or (value == 0 and bound == "> 0"):
+            problems.append(f"{name} must be a finite number {bound}, got {value!r}")
+    weights = trl["reward_weights"]
+    if weights is not None and (not isinstance(weights, (list, tuple))
+                                or not all(number(w) for w in weights)):
+        problems.append(f"reward_weights must be None or a list of finite numbers, got "
+                        f"{weights!r}")
+    if problems:
+        raise ValueError("; ".join(problems))
 
 
 def _lab_geometry(trl: dict, values: dict, num_processes: int, dataset_size) -> dict:

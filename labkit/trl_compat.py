@@ -104,6 +104,12 @@ class GRPOTrainer:
         config = from_grpo_config(settings, dataset_size=len(train_dataset))
         overrides = {"eval_every": 0}
         if peft_config is not None:
+            missing = [k for k in ("r", "lora_alpha", "lora_dropout")
+                       if not hasattr(peft_config, k)]
+            if missing:
+                raise TypeError(f"peft_config must be a peft.LoraConfig (rank, alpha, dropout and "
+                                f"target modules become the lab's LoRA fields), got "
+                                f"{type(peft_config).__name__} {peft_config!r}")
             targets = getattr(peft_config, "target_modules", None)
             overrides.update(use_peft=True, lora_r=peft_config.r,
                              lora_alpha=peft_config.lora_alpha,

@@ -86,8 +86,33 @@ def parse_overrides(pairs) -> dict:
     return out
 
 
-def _cells(text, cast):
-    return None if not text else tuple(cast(v) for v in text.split(","))
+def _cells(text, cast, option: str):
+    """``"2,3"`` -> ``(2, 3)``; None for no text; a ValueError naming ``option`` and the item
+    that does not parse."""
+    if not text:
+        return None
+    cells = []
+    for item in text.split(","):
+        try:
+            cells.append(cast(item.strip()))
+        except ValueError:
+            raise ValueError(f"{option} takes comma-separated {cast.__name__} values (e.g. "
+                             f"{'2,3' if cast is int else 'add,sub'}); {item!r} in {text!r} "
+                             f"is not one") from None
+    return tuple(cells)
+
+
+def _count(option: str):
+    """An argparse type: an integer >= 0 for ``option``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{option} must be an integer >= 0, got {text!r}")
+        return value
+    return parse
 
 
 class _Recorder:
@@ -147,9 +172,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--difficulties", default=None, help="task difficulties, e.g. 2,3")
     parser.add_argument("--drop", action="append", default=[], metavar="FIELD",
                         help="run without this lab-only feature (e.g. dynamic_sampling)")
-    parser.add_argument("--threads", type=int, default=0,
+    parser.add_argument("--threads", type=_count("--threads"), default=0,
                         help="torch CPU threads per process (0 = torch's choice)")
-    parser.add_argument("--record-generations", type=int, default=2,
+    parser.add_argument("--record-generations", type=_count("--record-generations"), default=2,
                         help="generations whose per-rank rewards/advantages go to ranks/*.json")
     parser.add_argument("--launch-config", default=None, choices=sorted(LAUNCH_CONFIGS),
                         help="print the path of a shipped accelerate config and exit")
@@ -173,8 +198,8 @@ def main(argv=None) -> dict:
         trl_batch_sizes,
     )
 
-    num_processes = num_processes_from_env()
     try:  # a config TRL cannot run is a usage error: say why before any model loads
+        num_processes = num_processes_from_env()
         overrides = parse_overrides(args.set)
         if args.model is not None:
             overrides["model_name_or_path"] = args.model
@@ -186,8 +211,8 @@ def main(argv=None) -> dict:
             warnings.simplefilter("ignore")  # drops are reported once, after training
             check_supported(config, tuple(args.drop))
         trl_batch_sizes(config, num_processes)
-        dataset = load_split("train", families=_cells(args.families, str),
-                             difficulties=_cells(args.difficulties, int))
+        dataset = load_split("train", families=_cells(args.families, str, "--families"),
+                             difficulties=_cells(args.difficulties, int, "--difficulties"))
     except ValueError as error:
         parser.error(str(error))
     output_dir = Path(args.output_dir or config.output_dir or f"trl-{args.preset}")

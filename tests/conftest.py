@@ -60,8 +60,3 @@ def shipped_tiny():
 
     return load_policy("tiny", device="cpu", dtype="float32")
 
-
-def length_reward(prompts, completions, **columns):
-    """A reward that only needs text: longer completions score higher (an untrained model's
-    completions vary in length, so every group has a spread)."""
-    return [len(c[0]["content"]) / 16 for c in completions]

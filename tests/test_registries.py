@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from conftest import length_reward
+from text_rewards import length_reward
 
 from labkit.advantages import (
     Advantages,

@@ -18,7 +18,7 @@ import warnings
 import pandas as pd
 import pytest
 import torch
-from conftest import length_reward
+from text_rewards import length_reward
 
 from labkit import config as config_module
 from labkit.config import TrainConfig, preset

@@ -177,3 +177,18 @@ def test_combine_rewards_names_the_faulty_function():
         combine_rewards_by_weight([partial], None, texts, texts)
     with pytest.raises(ValueError, match="2 reward weights for 1 reward functions"):
         combine_rewards_by_weight([format_reward], [1.0, 2.0], texts, texts)
+
+
+def test_format_reward_judges_the_answering_turn_of_a_conversation():
+    """TRL passes a tool-calling episode as messages (assistant, tool, assistant): the last
+    assistant message answers, and a tool call before it costs no format reward."""
+    final = "<think>2+3=5</think><answer>5</answer>"
+    episode = [{"role": "assistant", "content": "<think>use the tool</think>",
+                "tool_calls": [{"type": "function",
+                                "function": {"name": "calculate", "arguments": {"expr": "2+3"}}}]},
+               {"role": "tool", "name": "calculate", "content": "5"},
+               {"role": "assistant", "content": final}]
+    assert format_reward(None, [episode]) == [1.0]
+    assert format_reward(None, [episode[:2]]) == [0.0]  # never answered
+    episode[-1]["content"] = final + " and more"
+    assert format_reward(None, [episode]) == [0.0]

@@ -25,7 +25,11 @@ Safety, since a checkpoint is the thing a crash must not take away:
   first and deleted last), so a kill or a second Ctrl-C mid-save leaves the previous checkpoint
   readable.
 * **Checked loads.** A flipped byte, a missing or a truncated file gives an error that names the
-  checkpoint and the file, not a raw library traceback.
+  checkpoint and the file, not a raw library traceback; so do weights that do not fit the model,
+  a weight file added after saving (only the manifest's files are read) and a manifest entry
+  outside the folder.
+* **The same base.** A LoRA checkpoint holds the adapters only; the SHA-256 of each frozen base
+  weight is saved with them, and resuming on another base model is refused.
 
 On CPU, resuming from a checkpoint reproduces the uninterrupted run's metrics exactly.
 """
@@ -37,6 +41,7 @@ import json
 import math
 import os
 import shutil
+import weakref
 from pathlib import Path
 
 import pandas as pd
@@ -56,7 +61,9 @@ def save_checkpoint(directory, *, model, tokenizer, state: dict, history: pd.Dat
                     eval_history: pd.DataFrame, value_model=None, ref_model=None) -> Path:
     """Write a checkpoint folder (see the module docstring) atomically; return its path."""
     directory = Path(directory)
-    partial = directory.with_name(directory.name + ".partial")
+    # a symlinked folder is written where it points, so the link stays a link
+    target = directory.resolve() if directory.is_symlink() else directory
+    partial = target.with_name(target.name + ".partial")
     if partial.exists():
         shutil.rmtree(partial)
     partial.mkdir(parents=True)
@@ -72,7 +79,7 @@ def save_checkpoint(directory, *, model, tokenizer, state: dict, history: pd.Dat
     manifest = {path.relative_to(partial).as_posix(): _sha256(path)
                 for path in sorted(partial.rglob("*")) if path.is_file()}
     (partial / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
-    _replace_folder(partial, directory)
+    _replace_folder(partial, target)
     return directory
 
 
@@ -81,7 +88,9 @@ def _replace_folder(source: Path, destination: Path) -> None:
     deleted only once the new folder is in place (``os.replace`` cannot overwrite a non-empty
     folder on every platform)."""
     old = destination.with_name(destination.name + ".old")
-    if old.exists():
+    if old.is_symlink():
+        old.unlink()
+    elif old.exists():
         shutil.rmtree(old)
     if destination.exists():
         os.replace(destination, old)
@@ -113,7 +122,15 @@ def verify_checkpoint(directory) -> None:
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise CheckpointError(f"checkpoint {directory}: {MANIFEST_FILE} is corrupt "
                               f"({error})") from error
+    if not isinstance(manifest, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in manifest.items()):
+        raise CheckpointError(f"checkpoint {directory}: {MANIFEST_FILE} must map file names to "
+                              f"SHA-256 digests, got a {type(manifest).__name__}")
     for name, expected in manifest.items():
+        parts = Path(name).parts
+        if not parts or Path(name).is_absolute() or ".." in parts or "\\" in name:
+            raise CheckpointError(f"checkpoint {directory}: {MANIFEST_FILE} lists {name!r}, "
+                                  f"which is not a file inside the checkpoint")
         path = directory / name
         if not path.is_file():
             raise CheckpointError(f"checkpoint {directory}: {name} is missing")
@@ -175,37 +192,93 @@ def _torch_load(path: Path, directory: Path):
 def _load_pretrained_weights(model, folder: Path, directory: Path) -> None:
     """Copy the ``save_pretrained`` safetensors of ``folder`` into ``model``.
 
-    Tied weights (the LM head of a model with tied embeddings) are not stored twice; they are
-    accepted as missing as long as they share storage with a loaded parameter. A LoRA model
-    (``peft``) loads its adapter weights only.
+    Only the weight files the checkpoint's manifest lists are read: a ``.safetensors`` file put
+    beside them later is refused by name, not loaded over the saved weights. Tied weights (the
+    LM head of a model with tied embeddings) are not stored twice; they are accepted as missing
+    as long as they share storage with a loaded parameter. A LoRA model (``peft``) loads its
+    adapter weights only. A file that cannot be read or does not fit the model names itself.
     """
     from safetensors.torch import load_file
 
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"checkpoint {directory}: no safetensors weights in {folder.name}/")
+    listed = _manifest_names(directory)
+    unlisted = [f.name for f in files if listed is not None
+                and f.relative_to(directory).as_posix() not in listed]
+    if unlisted:
+        raise CheckpointError(f"checkpoint {directory}: {folder.name}/{unlisted[0]} is not in "
+                              f"its manifest ({MANIFEST_FILE}): it was added after saving; move "
+                              f"it out of the checkpoint")
     state = {}
-    try:
-        for file in files:
+    for file in files:
+        try:
             state.update(load_file(file))
-    except Exception as error:
-        raise CheckpointError(f"checkpoint {directory}: cannot read {folder.name}/ weights "
-                              f"({type(error).__name__}: {error})") from error
+        except Exception as error:  # safetensors raises its own error types
+            raise CheckpointError(f"checkpoint {directory}: cannot read {folder.name}/{file.name} "
+                                  f"({type(error).__name__}: {error})") from error
+    names = ", ".join(f"{folder.name}/{f.name}" for f in files)
+    try:
+        _copy_weights(model, state, directory, names)
+    except RuntimeError as error:  # a size mismatch: another architecture
+        first = str(error).strip().splitlines()
+        raise CheckpointError(f"checkpoint {directory}: {names} do not fit this run's model "
+                              f"({' '.join(first[:2])[:300]})") from error
+
+
+def _manifest_names(directory: Path) -> set | None:
+    try:
+        return set(json.loads((directory / MANIFEST_FILE).read_text()))
+    except (OSError, ValueError):
+        return None  # verified before, or verify=False by choice
+
+
+def _copy_weights(model, state: dict, directory: Path, names: str) -> None:
     if hasattr(model, "peft_config"):
         from peft import set_peft_model_state_dict
 
         result = set_peft_model_state_dict(model, state)
         if result.unexpected_keys:
-            raise CheckpointError(f"checkpoint {directory}: adapter weights do not match the "
-                                  f"model: unexpected {result.unexpected_keys[:5]}")
+            raise CheckpointError(f"checkpoint {directory}: {names} do not match the model's "
+                                  f"adapters: unexpected {result.unexpected_keys[:5]}")
         return
     missing, unexpected = model.load_state_dict(state, strict=False)
     current = model.state_dict()
     loaded = {current[name].data_ptr() for name in state if name in current}
     untied = [name for name in missing if current[name].data_ptr() not in loaded]
     if untied or unexpected:
-        raise CheckpointError(f"checkpoint {directory}: weights do not match the model: "
+        raise CheckpointError(f"checkpoint {directory}: {names} do not match the model: "
                               f"missing {untied[:5]}, unexpected {unexpected[:5]}")
+
+
+def base_fingerprint(model) -> dict[str, str] | None:
+    """SHA-256 of every frozen weight of a LoRA model (its base; None for any other model),
+    by name. A LoRA checkpoint saves the adapters only, so the base they were trained on is
+    recorded this way and checked on resume. Computed once per model: the base never trains."""
+    if not hasattr(model, "peft_config"):
+        return None
+    if model not in _FINGERPRINTS:
+        _FINGERPRINTS[model] = {
+            name: hashlib.sha256(p.detach().to("cpu").contiguous().reshape(-1)
+                                 .view(torch.uint8).numpy().tobytes()).hexdigest()
+            for name, p in model.named_parameters() if not p.requires_grad}
+    return _FINGERPRINTS[model]
+
+
+_FINGERPRINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def check_same_base(saved: dict | None, model, directory) -> None:
+    """Refuse to resume LoRA adapters on a base model other than the one they were trained on."""
+    current = base_fingerprint(model)
+    if saved is None or current is None:
+        return  # not a LoRA run, or a checkpoint from before the fingerprint
+    changed = sorted(name for name in set(saved) | set(current)
+                     if saved.get(name) != current.get(name))
+    if changed:
+        raise CheckpointError(f"checkpoint {directory}: its LoRA adapters were trained on another "
+                              f"base model ({len(changed)} frozen weight(s) differ, e.g. "
+                              f"{changed[0]}); resume with the base model the run started from")
 
 
 #: Fields that may differ between a checkpoint and the run resuming it (they do not change what
@@ -237,8 +310,9 @@ def _as_tuple(value):
     return tuple(value) if isinstance(value, list) else value
 
 
-__all__ = ["RESUMABLE_CHANGES", "CheckpointError", "check_same_run", "load_checkpoint",
-           "load_state", "save_checkpoint", "verify_checkpoint"]
+__all__ = ["RESUMABLE_CHANGES", "CheckpointError", "base_fingerprint", "check_same_base",
+           "check_same_run", "load_checkpoint", "load_state", "save_checkpoint",
+           "verify_checkpoint"]
 
 
 def save_trainer(trainer, directory) -> Path:
@@ -253,6 +327,7 @@ def save_trainer(trainer, directory) -> Path:
                                    if trainer.adaptive_gfpo else []),
              "optimizer_steps": trainer.optimizer_steps,
              "best_eval": [trainer.stall.best, trainer.stall.since_best],
+             "base_fingerprint": base_fingerprint(trainer.model),
              "config": trainer.config.to_dict()}
     return save_checkpoint(directory, model=trainer.model, tokenizer=trainer.tokenizer,
                            state=state, history=trainer.history,
@@ -266,7 +341,9 @@ def restore_trainer(trainer, directory) -> None:
     configuration in any field outside :data:`RESUMABLE_CHANGES`."""
     from labkit.engine.run_control import restore_rng
 
-    check_same_run(load_state(directory).get("config", {}), trainer.config, directory)
+    saved = load_state(directory)
+    check_same_run(saved.get("config", {}), trainer.config, directory)
+    check_same_base(saved.get("base_fingerprint"), trainer.model, directory)
     state, history, eval_history = load_checkpoint(
         directory, model=trainer.model, value_model=trainer.value_model,
         ref_model=trainer.ref_model, verify=False)

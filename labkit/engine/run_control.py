@@ -3,7 +3,10 @@
 * :class:`InterruptGuard`: Ctrl-C (the notebook's stop button) never leaves an update, a history
   row, an evaluation or a checkpoint half written. Inside a guarded block the signal is recorded,
   not raised; the trainer stops at the next safe point. A second Ctrl-C in the block is recorded
-  too (a checkpoint being written is never torn apart).
+  too (a checkpoint being written is never torn apart). SIGTERM (``kill``, a job scheduler's
+  preemption, a container stopping) is held the same way.
+* :func:`terminate_as_interrupt`: outside a guarded block, SIGTERM would end the process at once,
+  with no checkpoint; within this block it raises KeyboardInterrupt, so a run stops as on Ctrl-C.
 * :func:`capture_rng` / :func:`restore_rng`: the random state a step draws from, so a step that
   failed before its update (an interrupt or an error while sampling or scoring) can be retried
   with the same prompts and samples.
@@ -21,26 +24,31 @@ import random
 import signal
 import sys
 import threading
+from contextlib import contextmanager
 
 import torch
 
+#: The signals a guarded block holds: Ctrl-C, and the polite request to stop (every platform
+#: Python runs on defines both).
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
 
 class InterruptGuard:
-    """Hold SIGINT while a block runs; ``requested`` says whether one arrived.
+    """Hold SIGINT and SIGTERM while a block runs; ``requested`` says whether one arrived.
 
-    Re-entrant (nested blocks keep the outermost handler) and a no-op outside the main thread,
+    Re-entrant (nested blocks keep the outermost handlers) and a no-op outside the main thread,
     where Python cannot install signal handlers.
     """
 
     def __init__(self):
         self.requested = False
         self._depth = 0
-        self._previous = None
+        self._previous = {}
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
             if self._depth == 0:
-                self._previous = signal.signal(signal.SIGINT, self._record)
+                self._previous = {s: signal.signal(s, self._record) for s in HELD_SIGNALS}
             self._depth += 1
         return self
 
@@ -48,7 +56,8 @@ class InterruptGuard:
         if self._depth:
             self._depth -= 1
             if self._depth == 0:
-                signal.signal(signal.SIGINT, self._previous)
+                for signum, handler in self._previous.items():
+                    signal.signal(signum, handler)
         return False
 
     def _record(self, signum, frame):
@@ -59,6 +68,25 @@ class InterruptGuard:
         if self.requested:
             self.requested = False
             raise KeyboardInterrupt
+
+
+@contextmanager
+def terminate_as_interrupt():
+    """Within the block, SIGTERM raises KeyboardInterrupt (as Ctrl-C does), so the trainer's
+    interrupt handling saves the last whole step instead of the process dying mid-run; the
+    previous handler comes back after. A no-op outside the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def capture_rng(generator: torch.Generator) -> dict:
@@ -143,8 +171,8 @@ def guarded_optimizer_step(optimizer, scheduler, named_params, max_grad_norm: fl
     return finite
 
 
-__all__ = ["InterruptGuard", "capture_rng", "guarded_optimizer_step", "peak_memory_mb",
-           "restore_rng"]
+__all__ = ["HELD_SIGNALS", "InterruptGuard", "capture_rng", "guarded_optimizer_step",
+           "peak_memory_mb", "restore_rng", "terminate_as_interrupt"]
 
 
 def finite_where(mask, *tensors) -> bool:

@@ -56,7 +56,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from labkit.rewards.rule_based import completion_content
+from labkit.rewards.rule_based import completion_content, completion_list
 from labkit.rollout import encode_prompts
 from labkit.tasks import data_dir
 
@@ -84,7 +84,10 @@ def judge_prompt(question: str, completion: str) -> list[dict]:
     for token in CONTROL_TOKENS:  # sampled text may hold them; as text they would forge a turn
         shown = shown.replace(token, "")
     shown = shown[-MAX_SHOWN_CHARS:]
-    return [{"role": "user", "content": f"{question}\n{shown}\n{INSTRUCTION}"}]
+    content = f"{question}\n{shown}\n{INSTRUCTION}"
+    # a lone surrogate (sampled bytes decoded leniently) is not text a tokenizer can encode
+    content = content.encode("utf-8", "replace").decode("utf-8")
+    return [{"role": "user", "content": content}]
 
 
 def question_of(prompt) -> str:
@@ -169,7 +172,7 @@ class JudgeReward:
         verdict_ids(tokenizer)  # fail now, not in the middle of a run
 
     def __call__(self, prompts, completions, **_columns) -> list[float]:
-        texts = [completion_content(c) for c in completions]
+        texts = [completion_content(c) for c in completion_list(completions)]
         questions = ([question_of(p) for p in prompts] if prompts is not None
                      else [""] * len(texts))
         p_yes = yes_probability(self.judge, self.tokenizer, questions, texts,

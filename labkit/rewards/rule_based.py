@@ -7,10 +7,12 @@ functions: ``completions`` are strings or conversational message lists
 ``family``, ``numbers``, ``target``, ...) arrives as a list with one entry per completion. ``None``
 means "this function cannot judge this row". The functions never raise on a malformed
 completion: missing, repeated or nested tags, huge numbers, non-ASCII text and hostile countdown
-expressions all get a defined reward.
+expressions all get a defined reward. ``completions`` itself must be a list
+(:func:`completion_list`): a string or None is refused by name, not scored character by character.
 
 :func:`combine_rewards_by_weight` runs several reward functions and sums them with weights the
-way TRL does, turning a faulty function into a :class:`RewardFunctionError` that names it.
+way TRL does, turning a faulty function into a :class:`RewardFunctionError` that names it;
+:class:`CheckedReward` applies the same check to a function handed to TRL's trainer.
 """
 
 from __future__ import annotations
@@ -36,6 +38,17 @@ class RewardFunctionError(ValueError):
     """A reward function raised, or returned something other than one number or None per row."""
 
 
+def completion_list(completions) -> list:
+    """``completions`` as a list, one entry per row, as TRL passes them. A string, None, a dict
+    or any other single object is refused with a TypeError: iterating over it would score its
+    characters or keys as if they were completions."""
+    if completions is None or isinstance(completions, (str, bytes, dict)) or not hasattr(
+            completions, "__len__"):
+        raise TypeError(f"completions must be a list with one completion (a string or a list "
+                        f"of messages) per row, got {type(completions).__name__}")
+    return list(completions)
+
+
 def completion_content(completion) -> str:
     """The text of a completion: a string as is, or the joined contents of a message list.
 
@@ -55,6 +68,16 @@ def completion_content(completion) -> str:
             texts.extend(part["text"] for part in content
                          if isinstance(part, dict) and isinstance(part.get("text"), str))
     return "".join(texts)
+
+
+def answering_turn(completion) -> str:
+    """The turn that answers: in an episode's text, what follows the last assistant header; in a
+    message list (TRL's conversational completions: assistant, tool, assistant, ...), the content
+    of the last assistant message; a single-turn completion whole."""
+    if isinstance(completion, list):
+        assistant = [m for m in completion if isinstance(m, dict) and m.get("role") == "assistant"]
+        return completion_content(assistant[-1:] if assistant else completion)
+    return completion_content(completion).rsplit(_ASSISTANT_HEADER, 1)[-1]
 
 
 def extract_answer(text) -> str | None:
@@ -83,7 +106,7 @@ def accuracy_reward(prompts, completions, **columns) -> list[float | None]:
     a family the checker does not know get None.
     """
     rewards = []
-    for i, completion in enumerate(completions):
+    for i, completion in enumerate(completion_list(completions)):
         family, answer = _column(columns, "family", i), _column(columns, "answer", i)
         if family not in CHECKABLE_FAMILIES or answer is None:
             rewards.append(None)
@@ -100,12 +123,12 @@ def format_reward(prompts, completions, **columns) -> list[float]:
 
     Each tag must appear exactly once, in that order, with nothing before ``<think>``, nothing
     between ``</think>`` and ``<answer>``, and only whitespace after ``</answer>``. In a
-    multi-turn episode (:mod:`labkit.agents`) the answering turn is judged: the text after the
-    last assistant header, so calling a tool first costs no format reward.
+    multi-turn episode (:mod:`labkit.agents`) the answering turn is judged
+    (:func:`answering_turn`), so calling a tool first costs no format reward.
     """
     rewards = []
-    for completion in completions:
-        text = completion_content(completion).rsplit(_ASSISTANT_HEADER, 1)[-1].rstrip()
+    for completion in completion_list(completions):
+        text = answering_turn(completion).rstrip()
         ok = (all(text.count(tag) == 1 for tag in _TAGS)
               and text.startswith(THINK_OPEN) and text.endswith(ANSWER_CLOSE)
               and THINK_CLOSE + ANSWER_OPEN in text)
@@ -184,7 +207,7 @@ def combine_rewards_by_weight(funcs, weights, prompts, completions, **columns):
         except Exception as error:
             raise RewardFunctionError(
                 f"reward function {name!r} raised {type(error).__name__}: {error}") from error
-        per_function.append(_checked_rewards(name, result, n))
+        per_function.append(check_rewards(name, result, n))
     totals = []
     for i in range(n):
         judged = [w * rewards[i] for w, rewards in zip(weights, per_function)
@@ -196,13 +219,15 @@ def combine_rewards_by_weight(funcs, weights, prompts, completions, **columns):
 _FLOAT32_MAX = 3.4028234663852886e38
 
 
-def _checked_rewards(name: str, result, n: int) -> list[float]:
+def check_rewards(name: str, result, n: int) -> list[float]:
     """One function's result as floats (None -> NaN), or a RewardFunctionError naming it."""
     if hasattr(result, "tolist") and getattr(result, "ndim", 1) == 1:
         result = result.tolist()  # a 1-D tensor or array of rewards is fine
     if isinstance(result, (str, bytes, dict)) or not isinstance(result, (list, tuple)):
+        shape = f" of shape {tuple(result.shape)}" if hasattr(result, "shape") else ""
         raise RewardFunctionError(f"reward function {name!r} returned {type(result).__name__}"
-                                  f"; return a list with one float or None per completion")
+                                  f"{shape}; return a list with one float or None per "
+                                  f"completion")
     if len(result) != n:
         raise RewardFunctionError(f"reward function {name!r} returned {len(result)} rewards "
                                   f"for {n} completions; return one per completion")
@@ -221,3 +246,29 @@ def _checked_rewards(name: str, result, n: int) -> list[float]:
                                       f"None for a completion it cannot judge)")
         rewards.append(value)
     return rewards
+
+
+class CheckedReward:
+    """A reward function whose every result is checked as the lab's trainer checks it
+    (:func:`check_rewards`): called as TRL's ``GRPOTrainer`` calls reward functions (keywords,
+    extra columns passed through), it returns the rewards (None where the function returned None)
+    or raises :class:`RewardFunctionError` naming the function, where TRL would fail deep inside
+    its own code or take a NaN or an infinity without complaint. Carries the function's name, so
+    TRL logs ``rewards/<name>/mean`` as before; picklable when the function is."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.__name__ = _function_name(fn)
+
+    def __call__(self, *args, **kwargs):
+        try:
+            result = self.fn(*args, **kwargs)
+        except Exception as error:
+            raise RewardFunctionError(f"reward function {self.__name__!r} raised "
+                                      f"{type(error).__name__}: {error}") from error
+        completions = kwargs["completions"] if "completions" in kwargs else args[1]
+        return [None if math.isnan(r) else r
+                for r in check_rewards(self.__name__, result, len(completions))]
+
+    def __repr__(self):
+        return f"CheckedReward({self.fn!r})"

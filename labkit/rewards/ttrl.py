@@ -49,7 +49,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from labkit.rewards.rule_based import completion_content, extract_answer
+from labkit.rewards.rule_based import completion_content, completion_list, extract_answer
 from labkit.tasks import (
     CHECKABLE_FAMILIES,
     _int_or_none,
@@ -138,6 +138,7 @@ def majority_labels(prompts, completions, family=None):
     (a key), the text of the first answer that voted for the label (None without a label), and
     the label's share. Groups are the completions of the same prompt within this call (the
     trainer passes G consecutive completions per prompt)."""
+    completions = completion_list(completions)
     n = len(completions)
     families = family if family is not None else [None] * n
     texts = [extract_answer(completion_content(c)) for c in completions]
@@ -178,7 +179,7 @@ def label_accuracy_reward(prompts, completions, *, family=None, answer=None, num
     label_accuracy_reward]``): the trainer still runs it and logs ``reward_label_accuracy`` next to
     the strict ``accuracy`` column, and it never touches the total reward.
     """
-    n = len(completions)
+    n = len(completion_list(completions))
     answers = answer if answer is not None else [None] * n
     families = family if family is not None else [None] * n
     _, _, label_texts, _ = majority_labels(prompts, completions, families)

@@ -54,6 +54,7 @@ import re
 from labkit.rewards.rule_based import (
     accuracy_reward,
     completion_content,
+    completion_list,
     extract_answer,
     format_reward,
 )
@@ -82,9 +83,13 @@ def think_text(text: str) -> str:
     return text[start:] if end < 0 else text[start:end]
 
 
+def _at(values, i: int):
+    """Row ``i`` of a column, None where the column is missing or too short."""
+    return values[i] if values is not None and i < len(values) else None
+
+
 def _row(columns: dict, i: int) -> dict:
-    return {name: values[i] if values is not None and i < len(values) else None
-            for name, values in columns.items()}
+    return {name: _at(values, i) for name, values in columns.items()}
 
 
 def lenient_length_reward(prompts, completions, *, min_think_chars: int = LONG_THINK_CHARS,
@@ -100,9 +105,10 @@ def lenient_length_reward(prompts, completions, *, min_think_chars: int = LONG_T
     climbs. Compare: the strict reward also lengthens answers, because worked solutions are right
     more often, so length alone is not the signature; the gap between reward and accuracy is.
     """
+    completions = completion_list(completions)
     strict = accuracy_reward(prompts, completions, **columns)
     rewards = []
-    for right, completion in zip(strict, completions):
+    for right, completion in zip(strict, completions, strict=True):
         effort = len(think_text(completion_content(completion))) >= min_think_chars
         rewards.append(1.0 if (right == 1.0 or effort) else (None if right is None else 0.0))
     return rewards
@@ -120,9 +126,9 @@ def answer_anywhere_reward(prompts, completions, **columns) -> list[float | None
     contains the answer's digits as a partial sum (the reward is then 1 for a wrong answer).
     Countdown rows compare the canonical expression's text, so they are rarely credited this way.
     """
-    answers = columns.get("answer") or [None] * len(completions)
     rewards = []
-    for completion, answer in zip(completions, answers):
+    for i, completion in enumerate(completion_list(completions)):
+        answer = _at(columns.get("answer"), i)
         if answer is None or str(answer).strip() == "":
             rewards.append(None)
             continue
@@ -202,11 +208,9 @@ def digit_credit_reward(prompts, completions, **columns) -> list[float | None]:
     collect 0.6-0.8 on average without ever getting the units right, and GRPO's group
     normalisation amplifies small differences between wrong answers into full-size advantages.
     """
-    answers = columns.get("answer") or [None] * len(completions)
-    families = columns.get("family") or [None] * len(completions)
     rewards = []
-    for i, completion in enumerate(completions):
-        answer, family = answers[i], families[i]
+    for i, completion in enumerate(completion_list(completions)):
+        answer, family = _at(columns.get("answer"), i), _at(columns.get("family"), i)
         if answer is None or family is None:
             rewards.append(None)
             continue

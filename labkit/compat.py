@@ -116,8 +116,9 @@ def cache_kwargs(cache) -> dict:
 
 def escalate_dependency_warnings():
     """From now on, a ``FutureWarning``/``DeprecationWarning`` raised while a labkit function is
-    on the call stack raises instead of printing; others print as before. Returns a function that
-    undoes it. Meant for tests and CI (``tests/conftest.py``, the notebooks' kernels under
+    on the call stack raises instead of printing; others print as before (a DeprecationWarning
+    that a library raises outside labkit's calls stays hidden, as Python's default filters hide
+    it from a learner). Returns a function that undoes it. Meant for tests and CI (``tests/conftest.py``, the notebooks' kernels under
     nbval), not for a learner's session."""
     previous_show = warnings.showwarning
     filters = list(warnings.filters)
@@ -132,6 +133,8 @@ def escalate_dependency_warnings():
                 raise category(f"{message} [{category.__name__} from {filename}:{lineno}, "
                                f"inside labkit's call at {caller}: move labkit to the "
                                f"current API]")
+            if issubclass(category, DeprecationWarning) and _in_a_module(filename):
+                return  # hidden by Python's default filters too (shown for __main__ code only)
         previous_show(message, category, filename, lineno, file, line)
 
     warnings.showwarning = show
@@ -145,6 +148,12 @@ def escalate_dependency_warnings():
 
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
+
+
+def _in_a_module(filename: str) -> bool:
+    """Whether ``filename`` is the file of an imported module (not a script, a notebook cell or
+    an interactive line, the code Python's default filters show DeprecationWarnings for)."""
+    return any(getattr(module, "__file__", None) == filename for module in list(sys.modules.values()))
 
 
 def _labkit_caller() -> str | None:

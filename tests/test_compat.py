@@ -126,3 +126,22 @@ def test_deprecations_inside_labkit_calls_raise_and_others_show():
         undo()
         warnings.showwarning = previous
     assert shown == ["old API", "inert clip-higher"]
+
+
+def test_a_library_deprecation_outside_labkit_stays_hidden_as_python_hides_it():
+    """Python shows a DeprecationWarning only for __main__ code (a script, a notebook cell); the
+    check must not print what a learner would not see (pandas assigning a torch column, numpy 2)."""
+    import json as library  # any imported module's file stands for "a library"
+
+    shown = []
+    previous = warnings.showwarning
+    warnings.showwarning = lambda message, *rest, **kw: shown.append(str(message))
+    undo = compat.escalate_dependency_warnings()
+    try:
+        warnings.warn_explicit("library deprecation", DeprecationWarning, library.__file__, 1)
+        warnings.warn_explicit("cell deprecation", DeprecationWarning, "/tmp/ipykernel_1/2.py", 1)
+        warnings.warn_explicit("library future", FutureWarning, library.__file__, 1)
+    finally:
+        undo()
+        warnings.showwarning = previous
+    assert shown == ["cell deprecation", "library future"]

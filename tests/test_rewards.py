@@ -192,3 +192,16 @@ def test_format_reward_judges_the_answering_turn_of_a_conversation():
     assert format_reward(None, [episode[:2]]) == [0.0]  # never answered
     episode[-1]["content"] = final + " and more"
     assert format_reward(None, [episode]) == [0.0]
+
+
+def test_format_reward_judges_the_answering_turn_of_an_episode_passed_as_one_message():
+    """The lab's trainer passes a whole episode (call, the tool's turn, the answer) as the content
+    of one assistant message: the turn after the last assistant header answers. Judging the whole
+    text instead once scored every calling episode 0 on format, tying it with a wrong direct
+    answer and stopping notebook 10's calculator run from learning."""
+    episode = ('<think>use it</think><tool_call>\n{"name": "calculator", "arguments": '
+               '{"expression": "2+3"}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n'
+               '5\n</tool_response><|im_end|>\n<|im_start|>assistant\n'
+               '<think>it said 5</think><answer>5</answer>')
+    assert format_reward(None, [episode]) == [1.0]
+    assert format_reward(None, [[{"role": "assistant", "content": episode}]]) == [1.0]

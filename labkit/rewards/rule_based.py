@@ -71,12 +71,14 @@ def completion_content(completion) -> str:
 
 
 def answering_turn(completion) -> str:
-    """The turn that answers: in an episode's text, what follows the last assistant header; in a
-    message list (TRL's conversational completions: assistant, tool, assistant, ...), the content
-    of the last assistant message; a single-turn completion whole."""
+    """The turn that answers: in a message list (TRL's conversational completions: assistant,
+    tool, assistant, ...), the last assistant message; in an episode's text (the lab's trainer
+    passes it whole, as one message), what follows its last assistant header; a single-turn
+    completion whole."""
     if isinstance(completion, list):
         assistant = [m for m in completion if isinstance(m, dict) and m.get("role") == "assistant"]
-        return completion_content(assistant[-1:] if assistant else completion)
+        completion = assistant[-1:] or completion
+    # the lab's trainer passes a whole episode as one message: its turns are split by headers
     return completion_content(completion).rsplit(_ASSISTANT_HEADER, 1)[-1]
 
 

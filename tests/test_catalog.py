@@ -73,6 +73,7 @@ NOTEBOOKS = {
     "notebooks/07_exploration.ipynb",
     "notebooks/08_rewards_data.ipynb",
     "notebooks/09_scaling_up.ipynb",
+    "notebooks/10_agents.ipynb",
 }
 
 

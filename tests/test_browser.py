@@ -134,7 +134,7 @@ votes = sample_answers(base, tokenizer, load_split("eval").select(range(4)), k=1
                        max_completion_length=64)
 """
 # Notebook 10's episodes: the tool model on two hard problems and two games, as the notebook samples
-# them (two episodes at least, so the widget's episode slider has somewhere to go).
+# them (four episodes at least: the test drags a slider by a third of its track, which must move it).
 _EPISODES = """\
 from labkit.agents import CalculatorEnv, GuessingEnv, guessing_dataset
 from labkit.agents.episodes import environments, run_episodes
@@ -146,7 +146,7 @@ episodes = run_episodes(model, tokenizer, rows["prompt"], environments(Calculato
                         num_generations=4, max_completion_length=192,
                         max_tool_calling_iterations=2, generator=torch.Generator().manual_seed(0))
 called = int(episodes.tool_calls.gt(0).nonzero()[0])
-games = guessing_dataset(1, seed=1)
+games = guessing_dataset(2, seed=1)  # four episodes: a third of the slider is one step
 played = run_episodes(model, tokenizer, games["prompt"], environments(GuessingEnv, games[:], 2),
                       num_generations=2, max_completion_length=640,
                       max_tool_calling_iterations=6, generator=torch.Generator().manual_seed(0))

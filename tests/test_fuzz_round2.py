@@ -201,13 +201,15 @@ def test_the_two_interrupted_runs_are_what_they_claim():
 @POSIX_SIGNALS
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_run_killed_at_a_random_moment_resumes_bit_for_bit(signum):
-    """20 trials per signal (the LoRA GRPO and the DAPO run in turn, seeded delays): the newest
-    whole checkpoint, resumed, ends with the uninterrupted run's history and weights."""
+    """8 trials per signal (the LoRA GRPO and the DAPO run in turn, seeded delays): the newest
+    whole checkpoint, resumed, ends with the uninterrupted run's history and weights. The fuzz
+    tally runs 20 per signal (``python tests/fuzz/tally.py --interrupts 20``, recorded in
+    ``tests/fuzz/tally_after.txt``); the suite keeps 8 to stay within CI's time."""
     trials = [interrupts.run_trial(kind, signum, delay, scratch("trial"))
-              for kind, delay in interrupts.schedule(signum, 20, seed=0)]
+              for kind, delay in interrupts.schedule(signum, 8, seed=0)]
     bad = [t for t in trials if not t.ok]
     assert not bad, "\n".join(map(str, bad))
-    assert sum(not t.finished for t in trials) >= 10, "too few signals came before the run's end"
+    assert sum(not t.finished for t in trials) >= 4, "too few signals came before the run's end"
 
 
 @POSIX_SIGNALS

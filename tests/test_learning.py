@@ -1,22 +1,21 @@
-"""The shipped tiny Qwen really learns with the default presets (CPU, seeded, about a minute each).
+"""The shipped tiny Qwen really learns with the default GRPO preset (CPU, seeded, about 30 s).
 
-Both tests train on the task suite's addition and subtraction problems of difficulty 2 and 3,
+The test trains on the task suite's addition and subtraction problems of difficulty 2 and 3,
 the cells where the warm-started model has headroom (eval pass@1 about 20-25% at temperature 1)
 and where worked solutions beat direct answers, so RL lengthens the answers as it improves them.
-They evaluate on the same cells of the eval split before and after training.
+It evaluates on the same cells of the eval split before and after training.
 
 Why not the whole suite: measured on the shipped model (6000 warm-start steps, eval pass@1 28.75%
 over all 20 family x difficulty cells), the default GRPO preset gains about 4 points in 50-80
-steps (best run: 28.75% -> 33%), below the 15 points these tests ask for; most cells are never
+steps (best run: 28.75% -> 33%), below the 15 points the test asks for; most cells are never
 solved (49% of eval prompts) or always solved, and gains on the medium cells are partly undone by
 losses on the easy ones. On the cells below the gain is 30-38 points in 30 steps.
 
 Measured with these settings (seed 0, 1 thread; CPU seconds, about the wall time on an idle
 2-core machine): GRPO, 24 steps, eval 22.5% -> 58.1% (27 s); other seeds and lengths gave +31 to
-+38 points after 30 steps. PPO, 12 steps of 16 prompts x 8 completions: training accuracy over
-the first three steps 19.3%, over the last three 39.1%; eval (k = 8) 26.6% -> 34.7% (47 s); other
-runs gave +13 and +23 eval points. PPO's eval gain is the noisier number, so the test asks for
-the training accuracy to rise by 10 points and the eval accuracy to rise at all.
++38 points after 30 steps. PPO's learning (and its critic's) is asserted live by
+notebooks/01_ppo.ipynb, LoRA's and TRL's by notebooks/09_scaling_up.ipynb: the suite runs the
+notebooks under nbval, so those runs are not repeated here.
 """
 
 import pytest
@@ -48,13 +47,3 @@ def test_grpo_raises_eval_accuracy_by_15_points():
     lengths = result.eval_history["eval_length"].tolist()
     assert lengths[1] > lengths[0], result.eval_history
     assert result.history["skipped_nonfinite"].sum() == 0
-
-
-def test_ppo_learns_too():
-    result = run("ppo", steps=12, eval_k=8)
-    history = result.history
-    first, last = history.iloc[:3], history.iloc[-3:]
-    assert last["accuracy"].mean() - first["accuracy"].mean() >= 0.10, history["accuracy"]
-    before, after = result.eval_history["eval_accuracy"].tolist()
-    assert after > before, result.eval_history
-    assert last["value_loss"].mean() < first["value_loss"].mean()  # the critic learns

@@ -11,8 +11,8 @@ from labkit.config import TrainConfig, preset
 from labkit.engine.forward import completion_logprobs, no_grad_outputs
 from labkit.lora import is_lora_model, merge_and_save, trainable_parameter_count
 from labkit.models import TINY_MODEL_DIR, load_policy
-from labkit.tasks import load_split, medium_cells
-from labkit.trainer import Trainer, train
+from labkit.tasks import load_split
+from labkit.trainer import Trainer
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),
               pytest.mark.skipif(not TINY_MODEL_DIR.exists(),
@@ -130,25 +130,6 @@ def test_merged_model_matches_the_adapted_one_and_loads_plain(tiny, tmp_path):
     assert (merged - base).abs().max() > 1e-3  # the adapters' change survived the merge
 
 
-@pytest.mark.slow
-def test_lora_grpo_learns_on_the_medium_cells():
-    """A LoRA GRPO run (r = 16, alpha = 32, all linear layers, learning rate 2e-3: LoRA wants a
-    larger step than full fine-tuning's 3e-4) on the add/sub difficulty 2-3 cells.
-
-    Measured (30 steps of 16 prompts x 8 completions; eval_k = 4 samples of each of the 40
-    medium eval prompts; one thread): seed 0, eval accuracy 22.5% -> 56.3% (+34 points;
-    training accuracy over the first/last three steps 17.4% -> 59.9%), 27 s; seed 1,
-    26.3% -> 61.9% (+36; 17.2% -> 51.3%), 30 s. The test runs seed 0 and asks for +15 points, under half of either.
-    """
-    model, tokenizer = load_policy("tiny", device="cpu", dtype="float32")
-    config = preset("grpo", max_steps=30, eval_every=30, eval_k=4, seed=0, progress=False,
-                    use_peft=True, lora_r=16, lora_alpha=32, lora_target_modules="all-linear",
-                    learning_rate=2e-3)
-    result = train(config, model=model, tokenizer=tokenizer,
-                   train_dataset=medium_cells("train"), eval_dataset=medium_cells("eval"))
-    before, after = result.eval_history["eval_accuracy"].tolist()
-    assert after - before >= MIN_GAIN, result.eval_history
-    assert result.history["skipped_nonfinite"].sum() == 0
-
-
-MIN_GAIN = 0.15
+# A LoRA GRPO run learning on the medium cells (+15 points of eval pass@1 in 30 steps; measured
+# 22.5% -> 56.3%) is asserted live by notebooks/09_scaling_up.ipynb, which the suite runs under
+# nbval; a copy here would only double CI's time.

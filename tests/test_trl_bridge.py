@@ -30,8 +30,6 @@ from trl import GRPOConfig
 
 from labkit.config import PRESETS, TrainConfig, preset
 from labkit.losses import policy_loss
-from labkit.models import TINY_MODEL_DIR
-from labkit.tasks import medium_cells
 from labkit.trl_bridge import (
     DERIVED_FIELDS,
     LAB_ONLY,
@@ -43,7 +41,6 @@ from labkit.trl_bridge import (
     history_from_logs,
     to_grpo_config,
     to_trl,
-    train_with_trl,
     trl_batch_sizes,
 )
 
@@ -398,28 +395,6 @@ def test_without_the_pin_trl_default_kl_would_differ(tiny, tmp_path):
 
 
 # ---- a TRL run that learns -----------------------------------------------------------------------
-@pytest.mark.slow
-@pytest.mark.skipif(not TINY_MODEL_DIR.exists(), reason="the shipped tiny model is missing")
-@pytest.mark.filterwarnings("ignore::FutureWarning")
-def test_trl_run_through_the_bridge_learns_on_the_medium_cells():
-    """GRPO preset through ``train_with_trl``: 30 steps of 16 prompts x 8 completions,
-    ``max_completion_length`` 64 (answers on these cells are 14-28 tokens), medium cells, seed 0,
-    one thread. Training accuracy, mean of the first 5 steps -> mean of the last 5, measured on a
-    2-core machine (about 56 s of training each): seed 0 13.8% -> 54.1% (+40 points), seed 1
-    23.4% -> 52.5% (+29), seed 2 19.8% -> 45.8% (+26). Asserted: +10 points, a margin well inside
-    the measured spread; also that both the reward and its spread are non-zero (the TRL side
-    scores the lab's rewards since the format tags became non-special tokens)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        config = preset("grpo", prompts_per_step=16, num_generations=8, max_completion_length=64,
-                        max_steps=30, seed=0, device="cpu", dtype="float32", progress=False)
-        result = train_with_trl(config, train_dataset=medium_cells("train"))
-    finally:
-        torch.set_num_threads(threads)
-    history = result.history
-    assert len(history) == 30 and history["step"].tolist() == list(range(1, 31))
-    assert history["reward"].mean() > 0 and history["reward_std"].mean() > 0
-    assert history["reward_format"].mean() > 0.5
-    first, last = history["accuracy"][:5].mean(), history["accuracy"][-5:].mean()
-    assert last - first >= 0.10, history[["step", "accuracy", "reward", "completion_length"]]
+# GRPO through train_with_trl learning on the medium cells (training accuracy +8 points in 15 steps;
+# measured 0.145 -> 0.427) is asserted live by notebooks/09_scaling_up.ipynb, which the suite runs
+# under nbval; a copy here would only double CI's time.

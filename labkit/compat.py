@@ -118,8 +118,8 @@ def escalate_dependency_warnings():
     """From now on, a ``FutureWarning``/``DeprecationWarning`` raised while a labkit function is
     on the call stack raises instead of printing; others print as before (a DeprecationWarning
     that a library raises outside labkit's calls stays hidden, as Python's default filters hide
-    it from a learner). Returns a function that undoes it. Meant for tests and CI (``tests/conftest.py``, the notebooks' kernels under
-    nbval), not for a learner's session."""
+    it from a learner). Returns a function that undoes it. Meant for tests and CI
+    (``tests/conftest.py``, the notebooks' kernels under nbval), not for a learner's session."""
     previous_show = warnings.showwarning
     filters = list(warnings.filters)
     # Deprecations are ignored by default outside __main__: let them reach the check.

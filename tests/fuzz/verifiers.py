@@ -133,7 +133,7 @@ def cases() -> list[Case]:
                       check=_contract(0)))
     c.append(Case(SURFACE, "judge-batch-of-64-huge", lambda: _score(
         functions["judge"], "<think>" + "7" * MEGA + "</think><answer>58</answer>", "add", "58",
-        n=64), None, check=_contract(64), seconds=5.0, prepare=_judge))
+        n=64), None, check=_contract(64), seconds=20.0, prepare=_judge))
     c.append(Case(SURFACE, "ttrl-vote-ignores-non-ascii", lambda: _vote(), None,
                   check=_vote_check))
     return c

@@ -143,6 +143,10 @@ def run_trial(kind: str, signum: int, delay: float, folder: Path, save_every: in
 
 
 def _signal_self(kind: str, folder: str, signum: int, at_step: int) -> None:
+    # A learner's script or kernel turns Ctrl-C into KeyboardInterrupt; a pytest-xdist worker
+    # ignores SIGINT, and a forked child inherits that, so give the child Python's own handler.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
     def send(trainer, row):
         if row["step"] == at_step:
             os.kill(os.getpid(), signum)

@@ -20,9 +20,19 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 #: alone at the end (``--dist loadfile --no-loadscope-reorder`` in pyproject.toml keeps this
 #: order). A new file that takes more than a minute belongs here.
 LONG_FILES = {
+    "notebooks/08_rewards_data.ipynb": 395,
+    "notebooks/07_exploration.ipynb": 244,
+    "notebooks/06_gfpo_length.ipynb": 234,
+    "notebooks/09_scaling_up.ipynb": 226,
+    "notebooks/01_ppo.ipynb": 180,
+    "notebooks/05_gspo.ipynb": 179,
     "tests/test_browser.py": 165,
+    "notebooks/10_agents.ipynb": 147,
+    "notebooks/04_dapo.ipynb": 138,
     "tests/test_fuzz_round2.py": 120,
     "tests/test_hub.py": 110,
+    "notebooks/02_grpo.ipynb": 92,
+    "notebooks/03_baselines.ipynb": 79,
     "tests/test_check.py": 60,
     "tests/test_real_shapes.py": 55,
     "tests/test_trl_compat.py": 50,

@@ -77,6 +77,7 @@ def baseline(kind: str) -> tuple:
 
 
 def _child(kind: str, folder: str, save_every: int, pipe) -> None:
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # see _signal_self
     run = trainer(kind, folder, save_every)
     pipe.send("ready")
     result = run.train()

@@ -33,7 +33,7 @@ LONG_FILES = {
     "tests/test_hub.py": 110,
     "notebooks/02_grpo.ipynb": 92,
     "notebooks/03_baselines.ipynb": 79,
-    "tests/test_check.py": 60,
+    "tests/test_check.py": 30,
     "tests/test_real_shapes.py": 55,
     "tests/test_trl_compat.py": 50,
 }

@@ -29,7 +29,10 @@ def _copy_data(tmp_path: Path) -> Path:
 
 
 def _run_check(*args: str, data_dir: Path | None = None):
-    env = {k: v for k, v in os.environ.items() if k != "LABKIT_DATA"}
+    # One torch thread, as a classroom's kernels run (deploy/: thread variables = the CPU limit):
+    # on a 2-core machine whose other core runs the rest of the suite, torch's default of two
+    # threads made the timed step take 96 s instead of a few.
+    env = {k: v for k, v in os.environ.items() if k != "LABKIT_DATA"} | {"LABKIT_THREADS": "1"}
     if data_dir is not None:
         env["LABKIT_DATA"] = str(data_dir)
     return subprocess.run([sys.executable, "-m", "labkit.check", *args], cwd=ROOT, env=env,

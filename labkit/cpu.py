@@ -26,6 +26,8 @@ import math
 import os
 from pathlib import Path
 
+from labkit.fields import int_at_least
+
 #: Where Linux mounts the cgroup tree.
 DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"
 #: The file listing the cgroups this process belongs to (Linux only).
@@ -137,11 +139,8 @@ def forced_threads() -> int | None:
     value = os.environ.get(THREADS_VARIABLE, "").strip()
     if not value:
         return None
-    try:
-        count = int(value)
-    except ValueError:
-        count = 0
-    if count < 1:
+    count = int_at_least(value, 1)
+    if count is None:
         raise ValueError(f"{THREADS_VARIABLE} must be a positive integer (torch's CPU thread "
                          f"count, e.g. 1 or 2), got {value!r}")
     return count

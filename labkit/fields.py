@@ -105,3 +105,13 @@ def integer_tuple(cfg, name, length, low, high):
                          for v in value):
         raise ValueError(f"{name} must be {length} integers in [{low}, {high}], got {value!r}")
     object.__setattr__(cfg, name, value)
+
+
+def int_at_least(text, minimum: int) -> int | None:
+    """``text`` (an environment variable, a command-line value) as an integer >= ``minimum``, or
+    None when it is not one; the caller names the setting in its error."""
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        return None
+    return value if value >= minimum else None

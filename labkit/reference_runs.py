@@ -38,6 +38,7 @@ import torch
 from labkit.agents import named_environment
 from labkit.agents.guessing import guessing_dataset
 from labkit.config import PRESETS, preset
+from labkit.fields import int_at_least
 from labkit.rewards import NAMED_REWARDS, named_reward
 from labkit.tasks import DIFFICULTIES, FAMILIES, load_split
 from labkit.trainer import train
@@ -265,11 +266,8 @@ def main(argv=None):
 
 
 def _threads(text: str) -> int:
-    try:
-        count = int(text)
-    except ValueError:
-        count = 0
-    if count < 1:
+    count = int_at_least(text, 1)
+    if count is None:
         raise argparse.ArgumentTypeError(f"--threads must be an integer >= 1 (torch CPU "
                                          f"threads), got {text!r}")
     return count

@@ -85,6 +85,7 @@ import pandas as pd
 import torch
 
 from labkit.config import TrainConfig
+from labkit.fields import int_at_least
 from labkit.losses import LOCAL_AGGREGATIONS, LOSS_REGISTRY, get_loss_type
 
 # ---- the tables ----------------------------------------------------------------------------------
@@ -780,11 +781,8 @@ def num_processes_from_env() -> int:
     for name in ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
         text = os.environ.get(name)
         if text:
-            try:
-                count = int(text)
-            except ValueError:
-                count = 0
-            if count < 1:
+            count = int_at_least(text, 1)
+            if count is None:
                 raise ValueError(f"the environment variable {name}={text!r} must be a number "
                                  f"of processes >= 1 (set by torchrun, accelerate or MPI)")
             return count

@@ -104,12 +104,11 @@ def _cells(text, cast, option: str):
 
 def _count(option: str):
     """An argparse type: an integer >= 0 for ``option``."""
+    from labkit.fields import int_at_least
+
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = -1
-        if value < 0:
+        value = int_at_least(text, 0)
+        if value is None:
             raise argparse.ArgumentTypeError(f"{option} must be an integer >= 0, got {text!r}")
         return value
     return parse

@@ -181,3 +181,18 @@ def test_bad_cell_timeout_names_the_flag(capsys):
 def test_default_paths_point_into_the_repository():
     assert section_times.NOTEBOOKS_DIR.name == "notebooks"
     assert section_times.DEFAULT_JSON.parts[-3:] == ("docs", "teaching", "section_times.json")
+
+
+def test_saved_notebooks_drop_widget_state_but_keep_each_outputs_text():
+    import nbformat
+
+    from labkit.section_times import WIDGET_VIEW, without_widget_state
+
+    nb = nbformat.v4.new_notebook(metadata={"widgets": {"state": {"m": {}}}})
+    cell = nbformat.v4.new_code_cell("bar()")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={
+        WIDGET_VIEW: {"model_id": "m"}, "text/plain": "grpo: 100%"})]
+    nb.cells = [cell]
+    out = without_widget_state(nb)
+    assert "widgets" not in out.metadata
+    assert out.cells[0].outputs[0]["data"] == {"text/plain": "grpo: 100%"}

@@ -39,6 +39,14 @@ def _findings(*names):
     return check
 
 
+def _findings_at(*expected):
+    """The findings, as (check, step) pairs, are ``expected``."""
+    def check(findings):
+        got = [(f.check, f.step) for f in findings]
+        assert got == list(expected), f"findings {got}, expected {list(expected)}"
+    return check
+
+
 def _with(column, values):
     frame = _healthy(len(values))
     frame[column] = values
@@ -94,6 +102,23 @@ def cases() -> list[Case]:
     accept("partial-reward-only", _diagnose(_healthy()[["step", "reward"]]), _findings())
     accept("no-step-column", _diagnose(_healthy().drop(columns="step")), _findings())
     accept("inf-entropy", _diagnose(_with("entropy", [math.inf] * 20)), _findings())
+    for value in (math.inf, 1e308):  # a count that is not one, or that overflows a sum
+        accept(f"skipped-nonfinite-{value!r}",
+               _diagnose(_with("skipped_nonfinite", [0] * 9 + [value] + [0] * 10)),
+               _findings_at(("nonfinite_steps", 10)))
+    accept("skipped-nonfinite--inf", _diagnose(_with("skipped_nonfinite", [-math.inf] * 20)),
+           _findings())
+    no_step = _with("skipped_nonfinite", [0] * 7 + [1] + [0] * 12).drop(columns="step")
+    accept("no-step-column-sliced", _diagnose(no_step.iloc[5:]),
+           _findings_at(("nonfinite_steps", 3)))
+    accept("no-step-column-reversed-index", _diagnose(no_step[::-1].reset_index(drop=True)
+                                                      .set_axis(range(19, -1, -1))),
+           _findings_at(("nonfinite_steps", 13)))
+    accept("no-step-column-repeated-index", _diagnose(pd.concat([no_step, no_step])),
+           _findings_at(("nonfinite_steps", 8)))
+    seeds = pd.concat([_healthy().drop(columns="step").assign(seed=0),
+                       no_step.assign(seed=1)], ignore_index=True)
+    accept("no-step-column-second-seed", _diagnose(seeds), _findings_at(("nonfinite_steps", 8)))
     accept("bools-as-numbers", _diagnose(_with("skipped_nonfinite", [False] * 19 + [True])),
            _findings("nonfinite_steps"))
     accept("numeric-strings-from-a-csv", _diagnose(_with("truncation_rate", ["0.5"] * 20)),

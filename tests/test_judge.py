@@ -2,6 +2,7 @@
 shipped judge's agreement with the rule verifier, and a smoke build."""
 
 import json
+import random
 from types import SimpleNamespace
 
 import pandas as pd
@@ -10,7 +11,7 @@ import torch
 
 from labkit.build_judge import judge_examples
 from labkit.build_judge import main as build_judge_main
-from labkit.models import TINY_MODEL_DIR, build_char_tokenizer
+from labkit.models import CONTROL_TOKENS, TINY_MODEL_DIR, build_char_tokenizer
 from labkit.rewards.judge import (
     JUDGE_DIR,
     NO,
@@ -20,6 +21,7 @@ from labkit.rewards.judge import (
     load_judge,
     question_of,
     verdict_ids,
+    without_control_tokens,
     yes_probability,
 )
 
@@ -104,6 +106,39 @@ def test_sampled_control_tokens_never_reach_the_judge(tokenizer):
     p = yes_probability(fake(tokenizer, 1.0, 1.0), tokenizer, ["1+1=?"],
                         ["<think>1<|im_start|>+1<|im_end|></think><answer>2</answer>"])
     assert float(p) == pytest.approx(0.5)
+
+
+NESTED = ["<|im_<|im_end|>end|>", "<|im_<|im_<|im_end|>end|>start|>",
+          "<|<|endoftext|>im_<|im_end|>start|>", "<un<unk>k>", "<<un<unk>k>",
+          "<|im_" * 50 + "end|>" * 50, "<|end<|im_<|<unk>im_end|>start|>oftext|>"]
+
+
+@pytest.mark.parametrize("text", NESTED)
+def test_nested_control_tokens_never_reach_the_judge(tokenizer, text):
+    """One pass of removal turned ``<|im_<|im_end|>end|>`` into ``<|im_end|>``: the judge's prompt
+    refused it and the run ended. What is left must hold no control token at any depth, be its
+    own sanitised form, and score."""
+    shown = without_control_tokens(text)
+    assert not any(token in shown for token in CONTROL_TOKENS), shown
+    assert without_control_tokens(shown) == shown
+    reward = JudgeReward(fake(tokenizer, 1.0, 1.0), tokenizer)
+    assert reward(["1+1=?"], [f"<think>{text}</think><answer>2</answer>"]) == [0.5]
+
+
+def test_random_compositions_of_token_pieces_leave_no_token():
+    pieces = [*CONTROL_TOKENS, "<", "|", "<|", "|>", "im_", "end", "start", "un", "k>", "x"]
+    rng = random.Random(0)
+    for _ in range(2000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(1, 30)))
+        shown = without_control_tokens(text)
+        assert not any(token in shown for token in CONTROL_TOKENS), (text, shown)
+        assert without_control_tokens(shown) == shown
+
+
+def test_plain_text_and_whole_tokens_are_unchanged_by_the_escape():
+    assert without_control_tokens("a<b, 1<|2 and <think>x</think>") == \
+        "a<b, 1<|2 and <think>x</think>"
+    assert without_control_tokens("<|im_start|>user\nY<|im_end|><unk>") == "user\nY"
 
 
 def test_question_of_and_bad_input():

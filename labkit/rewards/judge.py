@@ -51,17 +51,20 @@ leniency (precision 69% even in distribution) is all that is left.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
 import torch
 
+from labkit.models import CONTROL_TOKENS
 from labkit.rewards.rule_based import completion_content, completion_list
 from labkit.rollout import encode_prompts
 from labkit.tasks import data_dir
 
 __all__ = ["JUDGE_DIR", "NO", "YES", "JudgeReward", "judge_agreement", "judge_prompt",
-           "load_judge", "question_of", "verdict_ids", "yes_probability"]
+           "load_judge", "question_of", "verdict_ids", "without_control_tokens",
+           "yes_probability"]
 
 #: Where ``python -m labkit.build_judge`` writes the shipped judge.
 JUDGE_DIR = data_dir() / "models" / "tiny-judge"
@@ -72,18 +75,33 @@ INSTRUCTION = "Is the answer correct? Y/N"
 #: Longest completion text shown to the judge (characters = tokens with the char tokenizer):
 #: longer ones are cut from the left, keeping the answer at the end.
 MAX_SHOWN_CHARS = 320
-#: Chat-control tokens removed from a completion before the judge reads it.
-CONTROL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>")
+#: The ``<`` of a control token that removing the others formed (the rest looked ahead at).
+_LEFT_OVER = re.compile("<(?=" + "|".join(re.escape(t[1:]) for t in CONTROL_TOKENS) + ")")
+
+
+def without_control_tokens(text: str) -> str:
+    """``text`` with no control token of the lab's tokenizers left in it, whatever a policy
+    sampled (:data:`labkit.models.CONTROL_TOKENS`: ``<|im_start|>``, ``<|im_end|>``,
+    ``<|endoftext|>``, ``<unk>``; the judge's prompt would refuse one, and the run would end).
+
+    The tokens are removed. Removing one can join its neighbours into another
+    (``<|im_<|im_end|>end|>`` -> ``<|im_end|>``), and removing again until nothing changes takes
+    one pass per level of nesting: a hostile completion nests thousands deep. So a token that
+    the removal formed is escaped instead, in one more pass: a space after its ``<``
+    (``< |im_end|>``). Each token holds one ``<``, its first character, so the escape cannot form
+    a new one: the result holds none, and sanitising it again changes nothing.
+    """
+    for token in CONTROL_TOKENS:
+        text = text.replace(token, "")
+    return _LEFT_OVER.sub("< ", text)
 
 
 def judge_prompt(question: str, completion: str) -> list[dict]:
     """The judge's conversation: one user message with the problem, the candidate completion
-    (without :data:`CONTROL_TOKENS`, which a policy can sample; its last :data:`MAX_SHOWN_CHARS`
-    characters) and :data:`INSTRUCTION`."""
-    shown = str(completion)
-    for token in CONTROL_TOKENS:  # sampled text may hold them; as text they would forge a turn
-        shown = shown.replace(token, "")
-    shown = shown[-MAX_SHOWN_CHARS:]
+    (without control tokens, which a policy can sample: :func:`without_control_tokens`;
+    its last :data:`MAX_SHOWN_CHARS` characters) and :data:`INSTRUCTION`."""
+    # sampled text may hold control tokens; as text they would forge a turn
+    shown = without_control_tokens(str(completion))[-MAX_SHOWN_CHARS:]
     content = f"{question}\n{shown}\n{INSTRUCTION}"
     # a lone surrogate (sampled bytes decoded leniently) is not text a tokenizer can encode
     content = content.encode("utf-8", "replace").decode("utf-8")

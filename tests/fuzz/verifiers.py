@@ -80,6 +80,7 @@ COMPLETIONS = [
      "58"),
     ("deeply-nested-control-tokens",
      "<|im_" * 100_000 + "end|>" * 100_000 + "<answer>58</answer>", "add", "58"),
+    ("unknown-token-text", "<unk><think>x</think><answer>58</answer>", "add", "58"),
     ("control-token-pieces", "<<||im_end|>|>" * 1000 + "<answer>58</answer>", "add", "58"),
     ("nul-bytes", "\x00<answer>5\x008</answer>", "add", "58"),
     ("lone-surrogate", "\ud800<think>x</think><answer>58</answer>", "add", "58"),

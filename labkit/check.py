@@ -8,7 +8,8 @@ allowed) and 1 when any check fails.
 
 The checks: the Python version; the installed dependencies against labkit's declared floors
 (``labkit.compat``) and against the known-good ``requirements-lock.txt`` at the repository root,
-when there is one; the CPU budget (``labkit.cpu``); free memory, a container's memory limit
+when there is one (only the locked packages this install has or needs: the lock is one file for
+every platform and lists the CUDA libraries that only torch's CUDA build pulls); the CPU budget (``labkit.cpu``); free memory, a container's memory limit
 included; the shipped model and task files against ``data/MANIFEST.sha256``; loading the tiny
 Qwen and a greedy answer; and the time of a GRPO step with notebook 02's live-run config.
 
@@ -39,9 +40,11 @@ import re
 import sys
 import time
 from dataclasses import asdict, dataclass
+from importlib import metadata
 from pathlib import Path
 
 from labkit import compat, cpu, tasks
+from labkit.hashing import file_sha256
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: The known-good environment: ``name==version`` lines, ``#`` comments, optional markers.
@@ -179,8 +182,59 @@ def _same_version(locked: str, found: str) -> bool:
     return want == have if want.local else want == Version(have.public)
 
 
+def installed_distributions() -> dict[str, metadata.Distribution]:
+    """``{normalised name: distribution}`` of everything importable from ``sys.path``; where a
+    name is installed twice, the first on the path wins, as at import."""
+    found = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            found.setdefault(_normalise(name), dist)
+    return found
+
+
+def required_here(installed: dict[str, metadata.Distribution], roots) -> dict[str, str]:
+    """``{normalised name: the distribution that requires it}`` for every requirement of the
+    installed ``roots`` and, transitively, of what they require, with environment markers and
+    extras evaluated for this interpreter and platform. A CPU build of torch requires no CUDA
+    library, a CUDA build on Linux requires them: the installed metadata says which."""
+    from packaging.markers import UndefinedEnvironmentName
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    needed: dict[str, str] = {}
+    queue = [(name, frozenset()) for name in roots if name in installed]
+    seen = set()
+    while queue:
+        name, extras = queue.pop()
+        if (name, extras) in seen:
+            continue
+        seen.add((name, extras))
+        dist = installed[name]
+        for text in dist.requires or []:
+            try:
+                requirement = Requirement(text)
+                if requirement.marker is not None and not any(
+                        requirement.marker.evaluate({"extra": extra})
+                        for extra in ("", *extras)):
+                    continue
+            except (InvalidRequirement, UndefinedEnvironmentName):
+                continue  # another project's malformed metadata is not this check's finding
+            dependency = _normalise(requirement.name)
+            needed.setdefault(dependency, dist.metadata["Name"])
+            if dependency in installed:
+                queue.append((dependency, frozenset(requirement.extras)))
+    return needed
+
+
 def check_lock(path: Path = LOCK_FILE) -> Check:
-    """The installed versions against the known-good lock file: a difference warns."""
+    """The installed versions against the known-good lock file: a difference warns.
+
+    Compared: every locked package that is installed, and every locked package that labkit or an
+    installed locked package requires here. The lock is universal (one file for Linux, macOS and
+    Windows, with the libraries of torch's CUDA build, extras such as ``dev`` included), so a
+    locked package that nothing installed here requires is not a difference: a CPU install has
+    no CUDA libraries, and an install without the dev extra no pytest.
+    """
     if not path.is_file():
         return Check("lock", "skip", f"no {path.name} at the repository root: versions not "
                      "compared with a known-good set")
@@ -188,18 +242,28 @@ def check_lock(path: Path = LOCK_FILE) -> Check:
         pins = read_lock(path)
     except (OSError, ValueError) as error:
         return Check("lock", "warn", f"cannot read {path.name}: {error}")
-    differences = []
+    installed = installed_distributions()
+    needed = required_here(installed, ["labkit", *pins])
+    differences, compared = [], 0
     for name, locked in sorted(pins.items()):
-        found = compat.installed_version(name)
-        if found is None:
-            differences.append(f"{name} (tested with {locked}, not installed)")
-        elif not _same_version(locked, found):
-            differences.append(f"{name} (tested with {locked}, found {found})")
+        if name in installed:
+            compared += 1
+            found = installed[name].version
+            if not _same_version(locked, found):
+                differences.append(f"{name} (tested with {locked}, found {found})")
+        elif name in needed:
+            compared += 1
+            differences.append(f"{name} (tested with {locked}, not installed; "
+                               f"{needed[name]} requires it)")
+    unused = len(pins) - compared
+    not_used = (f"; {unused} other locked package{'s' * (unused != 1)} not used by this install "
+                "(such as the libraries of torch's CUDA build)" if unused else "")
     if not differences:
-        return Check("lock", "ok", f"{len(pins)} packages as in {path.name}")
+        return Check("lock", "ok", f"{compared} package{'s' * (compared != 1)} as in "
+                     f"{path.name}{not_used}")
     shown = "; ".join(differences[:4]) + (f"; and {len(differences) - 4} more"
                                          if len(differences) > 4 else "")
-    return Check("lock", "warn", f"{len(differences)} of {len(pins)} packages differ from "
+    return Check("lock", "warn", f"{len(differences)} of {compared} packages differ from "
                  f"{path.name}: {shown}")
 
 
@@ -320,14 +384,6 @@ def manifest_files(data_dir: Path) -> list[str]:
             if path.is_file() and not any(part.startswith((".", "__")) for part in rel.parts):
                 found.append(rel.as_posix())
     return sorted(found)
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_manifest(data_dir: Path | None = None) -> Path:
@@ -592,8 +648,9 @@ def main(argv=None) -> int:
     return 0 if ready(checks) else 1
 
 
-__all__ = ["Check", "check_data", "check_lock", "container_memory_headroom", "main",
-           "read_lock", "read_manifest", "ready", "report", "run_checks", "write_manifest"]
+__all__ = ["Check", "check_data", "check_lock", "container_memory_headroom",
+           "installed_distributions", "main", "read_lock", "read_manifest", "ready", "report",
+           "required_here", "run_checks", "write_manifest"]
 
 if __name__ == "__main__":
     sys.exit(main())

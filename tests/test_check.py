@@ -202,18 +202,92 @@ def test_lock_file_lines_markers_and_comments(tmp_path):
         check.read_lock(lock)
 
 
-def test_lock_differences_warn_naming_versions(tmp_path, monkeypatch):
+def _site(tmp_path: Path, dists: dict[str, tuple[str, list[str]]]) -> Path:
+    """A site-packages folder with only these distributions' metadata, as pip writes it:
+    ``{name: (version, [Requires-Dist lines])}``."""
+    site = tmp_path / "site-packages"
+    for name, (version, requires) in dists.items():
+        info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text("\n".join(
+            ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
+             *(f"Requires-Dist: {line}" for line in requires)]) + "\n")
+    return site
+
+
+# A lock as .ci/lock writes it: universal, so it holds the libraries of torch's CUDA build. The
+# names are made up so that no real install on the test machine has them.
+CUDA_LOCK = ("torch==2.13.0\nlabkit-test-dep==3.0\nnvidia-labkit-test-cublas==13.1.1.3\n"
+             "labkit-test-devtool==1.0\n")
+
+
+def test_a_cpu_install_without_the_locks_cuda_packages_does_not_warn(tmp_path, monkeypatch):
     lock = tmp_path / "requirements-lock.txt"
-    lock.write_text("torch==2.13.0\ntransformers==5.24.0\nno-such-package==1.0\n")
-    found = {"torch": "2.13.0+cpu", "transformers": "5.17.0", "no-such-package": None}
-    monkeypatch.setattr(compat, "installed_version", found.get)
+    lock.write_text(CUDA_LOCK)
+    # a CPU build of torch requires no CUDA library; nothing installed needs the dev tool
+    monkeypatch.syspath_prepend(str(_site(tmp_path, {
+        "torch": ("2.13.0+cpu", ["labkit-test-dep>=2", "pyyaml ; extra == 'pyyaml'"]),
+        "labkit-test-dep": ("3.0", [])})))
+    row = check.check_lock(lock)
+    assert row.status == "ok", row.detail
+    assert row.detail.startswith("2 packages as in requirements-lock.txt; 2 other locked "
+                                 "packages not used by this install")
+
+
+def test_a_cuda_install_missing_its_cuda_package_or_another_version_warns(tmp_path, monkeypatch):
+    lock = tmp_path / "requirements-lock.txt"
+    lock.write_text(CUDA_LOCK)
+    monkeypatch.syspath_prepend(str(_site(tmp_path, {
+        "torch": ("2.13.0", ["labkit-test-dep>=2", "nvidia-labkit-test-cublas==13.1.1.3"]),
+        "labkit-test-dep": ("2.5", [])})))
     row = check.check_lock(lock)
     assert row.status == "warn"
     assert "2 of 3 packages differ" in row.detail
-    assert "transformers (tested with 5.24.0, found 5.17.0)" in row.detail
-    assert "no-such-package (tested with 1.0, not installed)" in row.detail
-    assert "torch" not in row.detail  # a local build (+cpu) of the pinned release is that release
-    found["transformers"], found["no-such-package"] = "5.24", "1.0.0"
+    assert "labkit-test-dep (tested with 3.0, found 2.5)" in row.detail
+    assert ("nvidia-labkit-test-cublas (tested with 13.1.1.3, not installed; torch requires it)"
+            in row.detail)
+    assert "labkit-test-devtool" not in row.detail  # locked, but nothing here requires it
+    assert "torch" not in row.detail.split(":", 1)[1].replace("torch requires", "")
+
+
+def test_requirements_follow_markers_and_extras(tmp_path):
+    from importlib.metadata import PathDistribution
+
+    def dist(name, requires):
+        info = tmp_path / f"{name}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n" +
+                                       "".join(f"Requires-Dist: {r}\n" for r in requires))
+        return PathDistribution(info)
+
+    installed = {
+        "app": dist("app", ["lib[fast]", "never ; sys_platform == 'no-such-platform'",
+                            "tests-only ; extra == 'test'", "not a requirement!"]),
+        "lib": dist("lib", ["speedup ; extra == 'fast'", "docs ; extra == 'docs'"])}
+    # lib's "fast" extra is asked for, its "docs" extra and app's "test" extra are not
+    assert check.required_here(installed, ["app"]) == {"lib": "app", "speedup": "lib"}
+
+
+def test_this_install_is_not_warned_about_the_cuda_packages_it_does_not_use():
+    """On a torch without CUDA (CI, a laptop) the lock row names none of the lock's CUDA
+    libraries: it used to warn about 19 of them on every correct CPU install on Linux."""
+    row = check.check_lock()
+    if torch.version.cuda is None:
+        assert not re.search(r"nvidia-|cuda-|triton", row.detail), row.detail
+
+
+def test_lock_differences_warn_naming_versions(tmp_path, monkeypatch):
+    lock = tmp_path / "requirements-lock.txt"
+    lock.write_text("torch==2.13.0\nlabkit-test-dep==5.24.0\n")
+    site = _site(tmp_path, {"torch": ("2.13.0+cpu", ["labkit-test-dep"]),
+                            "labkit-test-dep": ("5.17.0", [])})
+    monkeypatch.syspath_prepend(str(site))
+    row = check.check_lock(lock)
+    assert row.status == "warn"
+    assert "1 of 2 packages differ" in row.detail
+    assert "labkit-test-dep (tested with 5.24.0, found 5.17.0)" in row.detail
+    assert "torch (" not in row.detail  # a local build (+cpu) of the pinned release is that release
+    lock.write_text("torch==2.13.0\nlabkit-test-dep==5.17\n")
     assert check.check_lock(lock).status == "ok"
     assert check.check_lock(tmp_path / "absent.txt").status == "skip"
 

@@ -1,8 +1,10 @@
 """Surface 10: the preflight check (``labkit.check``) on a broken install: a missing model file,
 a corrupted tokenizer.json (with and without a manifest rewritten to match it), a manifest that
 cannot be read, a package reported too old or with a version that is not one, a broken lock
-file. The check must never raise: it reports NOT READY with a row that names what is wrong, or
-READY when nothing is."""
+file; and the lock row on installs that differ from the lock only where they should (a CPU build
+of torch without the lock's CUDA packages: no warning) or for real (a CUDA build missing one of
+its libraries, a package at another version: a warning naming it). The check must never raise: it
+reports NOT READY with a row that names what is wrong, or READY when nothing is."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import functools
 import io
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from fuzz.harness import Case
@@ -135,6 +138,45 @@ def _exit(code, *fragments):
     return assertion
 
 
+def _fake_site(dists: dict[str, tuple[str, list[str]]]) -> Path:
+    """A site-packages folder holding only ``{name: (version, [Requires-Dist lines])}``
+    distributions' metadata, as pip writes it: what an install looks like to the check."""
+    site = scratch("site")
+    for name, (version, requires) in dists.items():
+        info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
+                 *(f"Requires-Dist: {line}" for line in requires)]
+        (info / "METADATA").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return site
+
+
+def _lock_row(lock: bytes, dists):
+    """The lock row with the fake distributions first on sys.path (they shadow the real ones,
+    as a virtual environment's site-packages does)."""
+    def call():
+        site = str(_fake_site(dists))
+        sys.path.insert(0, site)
+        try:
+            return [check.check_lock(_lock(lock)())]
+        finally:
+            sys.path.remove(site)
+    return call
+
+
+def _no_cuda_names(rows):
+    """On a torch without CUDA, the lock row names no CUDA package."""
+    import torch
+
+    (row,) = rows
+    named = [word for word in ("nvidia-", "cuda-", "triton") if word in row.detail]
+    assert torch.version.cuda is not None or not named, f"{row.status}: {row.detail}"
+
+
+#: A lock with torch and one CUDA library of torch's CUDA build (a name no real install has).
+CUDA_LOCK = b"torch==2.13.0\nnvidia-labkit-fuzz-cublas==13.1.1.3\n"
+
+
 def cases() -> list[Case]:
     c = []
 
@@ -186,6 +228,17 @@ def cases() -> list[Case]:
     accept("command-missing-model-file", _main(_unlink(weights)),
            _exit(1, "NOT READY", weights))
     accept("command-intact", _main(lambda root: None), _exit(0, "READY"))
+    accept("lock-cpu-torch-without-the-cuda-packages", _lock_row(
+        CUDA_LOCK, {"torch": ("2.13.0+cpu", ["filelock"])}), _verdict("ok", "lock"))
+    accept("lock-cuda-torch-missing-a-cuda-package", _lock_row(
+        CUDA_LOCK, {"torch": ("2.13.0", ["nvidia-labkit-fuzz-cublas==13.1.1.3"])}),
+        _verdict("warn", "lock", "nvidia-labkit-fuzz-cublas", "13.1.1.3", "not installed"))
+    accept("lock-package-at-another-version", _lock_row(
+        b"torch==2.13.0\nlabkit-fuzz-dep==2.0\n",
+        {"torch": ("2.13.0+cpu", ["labkit-fuzz-dep"]), "labkit-fuzz-dep": ("1.5", [])}),
+        _verdict("warn", "lock", "labkit-fuzz-dep", "tested with 2.0, found 1.5"))
+    accept("lock-this-install-names-no-cuda-package-without-cuda",
+           lambda: [check.check_lock()], _no_cuda_names)
     return c
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import shutil
 import signal
@@ -55,6 +56,9 @@ STUDENT_ENV = {"LABKIT_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS":
 SAMPLE_PERIOD_S = 0.2
 MAX_STUDENTS = 64
 MAX_STEPS = 1000
+#: The longest a cell may run: a day. Past it the waits' arithmetic stops meaning anything (a
+#: socket refuses a timeout of 1e300 s) long after any classroom would have given up.
+MAX_CELL_TIMEOUT_S = 86400.0
 PID_PROBE = "import os\nprint(os.getpid())"
 THREADS_PROBE = "import torch as _torch\nprint(_torch.get_num_threads())"
 RUN_PROBE = """\
@@ -270,6 +274,21 @@ def bounded_int(low: int, high: int):
     return parse
 
 
+def bounded_seconds(high: float):
+    """An argparse type: a finite number of seconds above 0 and at most ``high`` (``nan`` and
+    ``inf`` parse as floats, and would reach the barriers and the websockets' waits)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not 0 < value <= high:  # False for nan
+            raise argparse.ArgumentTypeError(f"expected a number of seconds above 0 and at most "
+                                             f"{high:g}, got {text!r}")
+        return value
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--students", type=bounded_int(1, MAX_STUDENTS), required=True,
@@ -279,14 +298,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=bounded_int(1, MAX_STEPS), default=None,
                         help="GRPO steps of notebook 02's live run (default: the notebook's own; "
                              "the notebook's assertion runs only then)")
-    parser.add_argument("--cell-timeout", type=float, default=1800.0,
-                        help="seconds any one cell may run (default 1800)")
+    parser.add_argument("--cell-timeout", type=bounded_seconds(MAX_CELL_TIMEOUT_S),
+                        default=1800.0, help="seconds any one cell may run (default 1800, at "
+                                             f"most {MAX_CELL_TIMEOUT_S:g})")
     parser.add_argument("--json", type=Path, help="write the full record here")
     parser.add_argument("--markdown", type=Path, help="write the table here")
-    args = parser.parse_args(argv)
-    if args.cell_timeout <= 0:
-        parser.error(f"--cell-timeout: expected a positive number of seconds, got "
-                     f"{args.cell_timeout}")
+    args = parser.parse_args(argv)  # every number is checked here, before anything starts
     missing = [name for name in ("00_tour.ipynb", "02_grpo.ipynb")
                if not (args.notebooks / name).is_file()]
     if missing:

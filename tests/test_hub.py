@@ -284,6 +284,27 @@ def test_measured_cells_refuse_a_notebook_without_a_live_run(tmp_path):
         grpo_pieces(ROOT / "notebooks" / "02_grpo.ipynb", steps=0)
 
 
+# -- the measurement's command line ------------------------------------------------------------
+
+@pytest.mark.parametrize(("flag", "value", "allowed"), [
+    *[("--cell-timeout", v, "a number of seconds above 0 and at most 86400")
+      for v in ("nan", "inf", "-inf", "0", "-5", "1e999", "86401", "ten")],
+    *[("--students", v, "an integer from 1 to 64") for v in ("0", "65", "2.5", "nan")],
+    *[("--steps", v, "an integer from 1 to 1000") for v in ("0", "1001", "1e3", "inf")],
+])
+def test_measurement_refuses_bad_numbers_before_anything_starts(flag, value, allowed,
+                                                                monkeypatch, capsys):
+    import measure_hub
+
+    started = []
+    monkeypatch.setattr(measure_hub, "measure", lambda *args: started.append(args))
+    argv = ["--students", "1", f"{flag}={value}"]
+    with pytest.raises(SystemExit) as stop:
+        measure_hub.main(argv)
+    assert stop.value.code == 2 and not started
+    assert f"{flag}: expected {allowed}, got {value!r}" in capsys.readouterr().err
+
+
 # -- a real hub, three students at once ---------------------------------------------------------
 
 def hub_missing() -> str | None:

@@ -36,9 +36,11 @@ token-level runs only.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from .config import TrainConfig, inert_clip_higher_message
@@ -84,12 +86,19 @@ class Check:
     """``test(history, config, window) -> (step, value, message) | None``"""
 
 
+def _steps(history: pd.DataFrame) -> np.ndarray:
+    """The step of each row, by position: the ``step`` column, else 1, 2, ... as the trainer
+    counts (never the frame's index: a slice, or one seed of several, starts anywhere)."""
+    if "step" in history:
+        return history["step"].to_numpy(dtype=float)
+    return np.arange(1, len(history) + 1, dtype=float)
+
+
 def _smoothed(history: pd.DataFrame, column: str, window: int) -> pd.Series | None:
     """Window means of a column over the steps that logged it, indexed by step."""
     if column not in history:
         return None
-    steps = history["step"] if "step" in history else pd.Series(range(len(history)))
-    series = pd.Series(history[column].to_numpy(dtype=float), index=steps.to_numpy())
+    series = pd.Series(history[column].to_numpy(dtype=float), index=_steps(history))
     series = series.dropna()
     if series.empty:
         return None
@@ -155,14 +164,21 @@ def _clip_test(history, config, window):
 def _nonfinite_test(history, config, window):
     if "skipped_nonfinite" not in history:
         return None
-    skipped = history["skipped_nonfinite"].fillna(0)
-    if not (skipped > 0).any():
+    skipped = history["skipped_nonfinite"].to_numpy(dtype=float)
+    hit = skipped > 0  # NaN: a row that did not log it (an evaluation's)
+    if not hit.any():
         return None
-    steps = history["step"] if "step" in history else pd.Series(range(len(history)))
-    first = int(steps[skipped > 0].iloc[0])
-    total = int(skipped.sum())
-    return first, float(total), (f"{total} optimizer step(s) were skipped for a NaN/inf loss or "
-                                 f"gradient (the weights were kept)")
+    first = int(_steps(history)[hit][0])
+    total = float(skipped[hit].sum())
+    if math.isfinite(total):
+        return first, total, (f"{total:g} optimizer step(s) were skipped for a NaN/inf loss or "
+                              f"gradient (the weights were kept)")
+    # a count of inf is no count (a hand-edited or corrupted log): say what can be said
+    steps = int(hit.sum())
+    return first, float(steps), (f"optimizer steps were skipped for a NaN/inf loss or gradient "
+                                 f"in {steps} logged step(s) (the weights were kept; the "
+                                 f"skipped_nonfinite count reads {total}, not a number of "
+                                 f"steps)")
 
 
 def _reward_without_skill(history, config, window):
@@ -304,9 +320,10 @@ _READ_COLUMNS = ("step", *dict.fromkeys(m.strip() for c in CHECKS for m in c.met
 def diagnose(history: pd.DataFrame, config=None, *, window: int = 5) -> list[Finding]:
     """The :data:`CHECKS` that fire on ``history`` (and ``config``, for setting checks).
 
-    ``history`` needs a ``step`` column (else rows count as steps) and any of the metric columns;
-    a check whose metric is missing is skipped. A frame with several seeds (a ``seed`` column)
-    is diagnosed seed by seed, and each finding names its seed in the message.
+    ``history`` needs a ``step`` column (else its rows count as steps 1, 2, ..., whatever its
+    index) and any of the metric columns; a check whose metric is missing is skipped. A frame
+    with several seeds (a ``seed`` column) is diagnosed seed by seed, and each finding names its
+    seed in the message.
     """
     _check_window("window", window)
     if not isinstance(history, pd.DataFrame):

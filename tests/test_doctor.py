@@ -70,6 +70,31 @@ def test_nonfinite_steps_are_counted():
     assert found.step == 7 and found.value == 2
 
 
+def test_a_history_without_steps_counts_its_rows_whatever_its_index():
+    """A slice (``iloc[5:]``) or the second seed of a frame has an index that does not start at
+    0: the doctor raised pandas' IndexingError."""
+    history = healthy().drop(columns="step")
+    history.loc[9, "skipped_nonfinite"] = 1
+    history.loc[30:, "entropy"] = 0.01
+    (nonfinite,) = [f for f in diagnose(history.iloc[5:]) if f.check == "nonfinite_steps"]
+    assert nonfinite.step == 5  # the slice's fifth row
+    seeds = pd.concat([healthy().drop(columns="step").assign(seed=0), history.assign(seed=1)],
+                      ignore_index=True)
+    found = {f.check: f for f in diagnose(seeds)}
+    assert found["nonfinite_steps"].step == 10 and "seed 1" in found["nonfinite_steps"].message
+    assert 31 <= found["entropy_collapse"].step <= 35  # the smoothed checks count the same way
+
+
+def test_an_infinite_skip_count_is_diagnosed_not_an_overflow():
+    history = healthy().assign(skipped_nonfinite=0.0)  # as a CSV reads it back
+    history.loc[history["step"] == 12, "skipped_nonfinite"] = np.inf
+    (found,) = [f for f in diagnose(history) if f.check == "nonfinite_steps"]
+    assert found.step == 12 and found.value == 1
+    assert "in 1 logged step(s)" in found.message and "inf" in found.message
+    history.loc[history["step"] == 12, "skipped_nonfinite"] = -np.inf  # not a skip
+    assert "nonfinite_steps" not in checks(diagnose(history))
+
+
 def test_reward_hacking_is_reward_up_with_accuracy_flat():
     history = healthy()
     history["accuracy"] = 0.3

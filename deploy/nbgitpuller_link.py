@@ -11,6 +11,11 @@ student's own edits) and then opens ``urlpath``, ``lab/tree/<targetpath>/<notebo
 JupyterLab. ``targetpath`` is the repository's name less ``.git``, given explicitly because
 nbgitpuller's own default keeps a ``.git`` suffix, which would break ``urlpath``. Every query value
 is percent-encoded whole (``/``, ``:`` and ``?`` included).
+
+The link goes to every student, so the hub and repository URLs may carry no credentials: a
+``user:password@`` or a token before the host, or a query or fragment (where ``access_token=``
+and ``token=`` live) is refused, and the error shows the URL with them masked. nbgitpuller clones
+anonymously: the repository must be public (or reachable from the hub without credentials).
 """
 
 from __future__ import annotations
@@ -18,17 +23,37 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import PurePosixPath
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 INTERFACES = {"lab": "lab/tree", "notebook": "tree"}
 
 
+def _masked(value: str) -> str:
+    """``value`` with what may be a credential masked: the part before ``@`` in the host, and
+    the values of the query and the fragment (an error message must not spread them either)."""
+    parts = urlsplit(value)
+    if "@" not in parts.netloc and not parts.query and not parts.fragment:
+        return value
+    host = parts.netloc.rpartition("@")[2]
+    query = "&".join(f"{key}=***" if sep else "***" for key, sep, _ in
+                     (item.partition("=") for item in parts.query.split("&"))) if parts.query \
+        else ""
+    return urlunsplit((parts.scheme, f"***@{host}" if "@" in parts.netloc else host, parts.path,
+                       query, "***" if parts.fragment else ""))
+
+
 def _check_url(field: str, value: str) -> str:
     parts = urlsplit(value)
+    if "@" in parts.netloc:
+        raise ValueError(f"{field}: expected a URL without credentials (user:password@ or a token "
+                         f"before the host): every student would receive them in the link; got "
+                         f"{_masked(value)!r}")
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"{field}: expected an http(s) URL with a host, got {value!r}")
+        raise ValueError(f"{field}: expected an http(s) URL with a host, got {_masked(value)!r}")
     if parts.query or parts.fragment:
-        raise ValueError(f"{field}: expected a URL without a query or fragment, got {value!r}")
+        raise ValueError(f"{field}: expected a URL without a query or fragment (they may hold "
+                         f"credentials such as access_token=, which every student would receive "
+                         f"in the link), got {_masked(value)!r}")
     return value.rstrip("/")
 
 

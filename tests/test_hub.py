@@ -244,6 +244,34 @@ def test_nbgitpuller_link_refuses_bad_input_naming_the_field(field, kwargs):
         nbgitpuller_link(**args)
 
 
+SECRET = "ghp_notARealToken123"
+
+
+@pytest.mark.parametrize(("field", "url"), [
+    ("repo", f"https://teacher:{SECRET}@github.com/example/grpo-lab"),
+    ("repo", f"https://{SECRET}@github.com/example/grpo-lab"),
+    ("repo", f"https://oauth2:{SECRET}@gitlab.example.org/a/lab.git"),
+    ("repo", f"https://github.com/example/grpo-lab?access_token={SECRET}"),
+    ("repo", f"https://github.com/example/grpo-lab.git?private=1&token={SECRET}"),
+    ("repo", f"git+https://me:{SECRET}@github.com/example/grpo-lab"),
+    ("hub", f"https://admin:{SECRET}@hub.example.org"),
+    ("hub", f"https://hub.example.org/?token={SECRET}"),
+    ("hub", f"https://hub.example.org/#token={SECRET}"),
+])
+def test_nbgitpuller_link_refuses_credentials_without_repeating_them(field, url):
+    args = {"hub": "https://hub.example.org", "repo": "https://github.com/example/grpo-lab",
+            "branch": "main", "notebook": "notebooks/00_tour.ipynb", field: url}
+    with pytest.raises(ValueError, match=rf"^{field}: ") as refused:
+        nbgitpuller_link(**args)
+    message = str(refused.value)
+    assert "credentials" in message and SECRET not in message and "***" in message
+    run = subprocess.run([sys.executable, str(DEPLOY / "nbgitpuller_link.py"),
+                          "--hub", args["hub"], "--repo", args["repo"]],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert run.returncode == 2 and not run.stdout and f"{field}: " in run.stderr
+    assert SECRET not in run.stderr
+
+
 def test_nbgitpuller_link_command_prints_the_link():
     out = subprocess.run([sys.executable, str(DEPLOY / "nbgitpuller_link.py"),
                           "--hub", "https://hub.example.org",

@@ -64,6 +64,7 @@ import pandas as pd
 import torch
 
 from labkit.advantages import AdvantageInputs, Estimator, get_estimator, kl_penalized_rewards
+from labkit.agents.episodes import checked_environment_factory
 from labkit.config import TrainConfig
 from labkit.engine.checkpoint import RESUMABLE_CHANGES, restore_trainer, save_trainer
 from labkit.engine.forward import (
@@ -159,11 +160,9 @@ class Trainer:
         self.train_dataset, self.eval_dataset = prepare_datasets(
             cfg, train_dataset, eval_dataset, needs_answers=accuracy_reward in self.reward_funcs)
         self.callbacks = list(callbacks)
-        # multi-turn episodes with tools (labkit.agents): a callable that builds one environment
-        if environment_factory is not None and not callable(environment_factory):
-            raise TypeError(f"environment_factory must be a callable that returns an "
-                            f"environment, got {type(environment_factory).__name__}")
-        self.environment_factory = environment_factory
+        # multi-turn episodes with tools (labkit.agents): a callable that builds one environment,
+        # probed once here as TRL probes it
+        self.environment_factory = checked_environment_factory(environment_factory, cfg)
         # Only the models the configuration needs: a frozen reference only when beta != 0, and
         # none with LoRA, whose reference is the same model with its adapters disabled.
         self.ref_model = (frozen_copy(self.model) if cfg.needs_reference and not cfg.use_peft

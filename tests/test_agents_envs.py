@@ -658,3 +658,64 @@ def test_trl_style_calls_with_keyword_arguments():
     assert calculator.calculator(expression="1/3+1/3") == "2/3"
     assert isinstance(env.get_reward(), float)
 
+
+
+# ---------------------------------------------------------------------------------------------
+# a tool that raises: the policy gets the error as its reply (TRL answers a failing tool with
+# {"error": str(e)}), the training step goes on
+
+
+class _Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no text")
+
+
+def _env_with(tool):
+    """An environment whose one tool is ``probe``."""
+    return type("Env", (), {"reset": lambda self, **row: None, "probe": tool})()
+
+
+def _raises(error):
+    def probe(self, code: str):
+        raise error
+    return probe
+
+
+@pytest.mark.parametrize("tool, arguments, reply", [
+    (_raises(KeyError("code")), {"code": "1"}, "error: probe raised KeyError: 'code'"),
+    (_raises(ZeroDivisionError("division by zero")), {"code": "1"},
+     "error: probe raised ZeroDivisionError: division by zero"),
+    (_raises(RuntimeError("no state")), {"code": "1"}, "error: probe raised RuntimeError: no state"),
+    (_raises(AssertionError()), {"code": "1"}, "error: probe raised AssertionError"),
+    (_raises(_Unprintable()), {"code": "1"}, "error: probe raised _Unprintable"),
+    (_raises(ValueError("one\ntwo  three \u00e9")), {"code": "1"},
+     "error: probe raised ValueError: one two three \\xe9"),
+    (lambda self, code, /: code, {"code": "1"},
+     ("error: probe raised TypeError: <lambda>() got some positional-only arguments passed as "
+      "keyword arguments: 'code'")),
+    (lambda self, code: {}[code], {"code": "1"}, "error: probe raised KeyError: '1'"),
+])
+def test_a_tool_that_raises_is_answered_with_its_error(tool, arguments, reply):
+    body = last_tool_call(format_tool_call("probe", arguments))
+    assert run_tool_call(_env_with(tool), body) == reply
+    assert reply.isascii()
+
+
+def test_a_long_error_message_is_cut_to_one_line():
+    body = last_tool_call(format_tool_call("probe", {"code": "1"}))
+    reply = run_tool_call(_env_with(_raises(ValueError("x\n" * 5000))), body)
+    assert reply.startswith("error: probe raised ValueError: x x x") and reply.endswith("...")
+    assert "\n" not in reply and len(reply) <= len("error: probe raised ") + 160
+
+
+def test_keyword_catch_all_and_star_args_tools_are_called_as_trl_calls_them():
+    catch_all = _env_with(lambda self, **kw: ",".join(sorted(kw)))
+    assert run_tool_call(catch_all, '{"name": "probe", "arguments": {"b": 1, "a": 2}}') == "a,b"
+    star = _env_with(lambda self, *args: len(args))
+    assert run_tool_call(star, '{"name": "probe", "arguments": {}}') == "0"
+
+
+def test_an_interrupt_inside_a_tool_is_not_a_reply():
+    body = last_tool_call(format_tool_call("probe", {"code": "1"}))
+    with pytest.raises(KeyboardInterrupt):
+        run_tool_call(_env_with(_raises(KeyboardInterrupt())), body)

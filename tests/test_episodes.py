@@ -4,6 +4,8 @@ keeps its author, and only the policy's tokens enter the loss.
 The bookkeeping is tested with a scripted sampler (what the policy "writes" is fixed by the
 test, so every count is known); the trainer's use of it with the tiny tool model."""
 
+import re
+
 import pytest
 import torch
 
@@ -149,6 +151,141 @@ def test_only_the_policys_tokens_enter_the_loss(monkeypatch):
     assert torch.allclose(logp.grad[0][batch.loss_mask[0].bool()], torch.tensor(-1.0 / n_policy))
 
 
+class _FailingCalculator(CalculatorEnv):
+    """The calculator's tool, failing on every call with ``error`` (a tool written in a hurry)."""
+
+    error = KeyError("expression")
+
+    def calculator(self, expression: str) -> str:
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [KeyError("expression"), TypeError("bad operand"),
+                                   ZeroDivisionError("division by zero")])
+def test_a_tool_that_raises_costs_a_turn_not_the_episode(monkeypatch, error):
+    monkeypatch.setattr(episodes_module, "generate_from_ids", scripted([CALL, ANSWER]))
+    monkeypatch.setattr(_FailingCalculator, "error", error)
+    envs = [_FailingCalculator() for _ in range(2)]
+    episodes = run_episodes(_Weights(), TOKENIZER, ["425*13=?"] * 2, envs,
+                            max_completion_length=400)
+    assert episodes.tool_calls.tolist() == [1, 1] and episodes.tool_errors.tolist() == [1, 1]
+    assert f"calculator raised {type(error).__name__}" in episodes.texts[0]
+    assert episodes.texts[0].endswith("<answer>5525</answer>")  # the policy answered after it
+
+
+@pytest.mark.parametrize("limit", [1.5, True, "2", 0, -1, [2]])
+def test_the_turn_limit_must_be_a_count(monkeypatch, limit):
+    with pytest.raises(ValueError, match=f"max_tool_calling_iterations must be an integer >= 1, "
+                                         f"got {re.escape(repr(limit))}"):
+        run(monkeypatch, [CALL, ANSWER], max_tool_calling_iterations=limit)
+
+
 def test_every_episode_needs_an_environment():
     with pytest.raises(ValueError, match="one environment per episode"):
         run_episodes(_Weights(), TOKENIZER, ["1+1=?"], [CalculatorEnv()], num_generations=2)
+
+
+# ---------------------------------------------------------------------------------------------
+# the trainer's episodes, with the tiny tool model
+
+
+@pytest.fixture(scope="module")
+def tool_model():
+    from labkit.models import load_policy
+
+    return load_policy("tiny-tools", device="cpu", dtype="float32")
+
+
+def _trainer(tool_model, config, data, factory, reward_funcs=None):
+    import copy
+
+    from labkit.trainer import Trainer
+
+    model, tokenizer = tool_model
+    return Trainer(config, model=copy.deepcopy(model), tokenizer=tokenizer, train_dataset=data,
+                   reward_funcs=reward_funcs, environment_factory=factory)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_remax_scores_its_greedy_baseline_with_the_environments_reward(tool_model):
+    """ReMax's baseline is a greedy *episode*: its guesses are answered and the guessing game's
+    own reward (per-turn, kept by the environment) scores it; a single-turn greedy completion has
+    no environment and scored NaN, which stopped the step."""
+    from labkit.agents import GuessingEnv, guessing_dataset
+    from labkit.agents.episodes import environments
+    from labkit.config import TrainConfig
+    from labkit.engine.sampling import greedy_rewards
+    from labkit.rewards.environment import turn_reward
+
+    config = TrainConfig(model_name_or_path="tiny-tools", advantage_estimator="remax",
+                         prompts_per_step=2, num_generations=2, max_completion_length=96,
+                         max_tool_calling_iterations=3, max_steps=1, device="cpu",
+                         dtype="float32", progress=False, seed=0)
+    data = guessing_dataset(4, seed=0)
+    trainer = _trainer(tool_model, config, data, GuessingEnv, [turn_reward])
+    batch, _ = trainer.sample_and_score()
+    baseline = greedy_rewards(trainer, batch)
+    assert torch.isfinite(baseline).all() and baseline.shape == (2,)
+    # the same prompts played greedily by hand, scored by the environments they leave
+    rows = data[batch.prompt_index[::2].tolist()]
+    envs = environments(GuessingEnv, rows, 1)
+    greedy = run_episodes(trainer.model, trainer.tokenizer, rows["prompt"], envs,
+                          max_completion_length=96, max_tool_calling_iterations=3, greedy=True)
+    assert greedy.tool_calls.sum() > 0, "the greedy episodes never guessed: no environment turn"
+    expected = torch.tensor(turn_reward(rows["prompt"], greedy.texts, environments=envs))
+    assert torch.equal(baseline.cpu(), expected)
+    # and the whole step runs on it
+    row = trainer.training_step()
+    assert torch.isfinite(torch.tensor([row["reward"], row["loss"]])).all()
+
+
+class _Counted(CalculatorEnv):
+    built = 0
+
+    def __init__(self):
+        super().__init__()
+        type(self).built += 1
+
+
+@pytest.mark.parametrize("factory, named", [
+    (lambda: None, "returned NoneType None, which has no reset method"),
+    (object, "returned object <object object at"),
+    (lambda: type("Env", (), {"reset": 3})(), "which has no reset method"),
+    (CalculatorEnv(), "must be a callable that returns an environment"),
+    ({"calculator": CalculatorEnv}, "TRL's dict of named environments"),
+])
+def test_the_factory_is_checked_when_the_trainer_is_built(tool_model, factory, named):
+    from labkit.config import TrainConfig
+    from labkit.tasks import load_split
+
+    config = TrainConfig(model_name_or_path="tiny-tools", prompts_per_step=2, num_generations=2,
+                         max_completion_length=32, max_steps=1, device="cpu", dtype="float32",
+                         progress=False)
+    with pytest.raises(TypeError, match=re.escape(named)) as refused:
+        _trainer(tool_model, config, load_split("train").select(range(4)), factory)
+    assert "environment_factory" in str(refused.value)
+
+
+def test_the_factory_builds_one_environment_at_build_time(tool_model):
+    from labkit.config import TrainConfig
+    from labkit.tasks import load_split
+
+    config = TrainConfig(model_name_or_path="tiny-tools", prompts_per_step=2, num_generations=2,
+                         max_completion_length=32, max_steps=1, device="cpu", dtype="float32",
+                         progress=False)
+    _Counted.built = 0
+    trainer = _trainer(tool_model, config, load_split("train").select(range(4)), _Counted)
+    assert _Counted.built == 1 and trainer.environment_factory is _Counted
+
+
+def test_rlplus_demonstrations_are_refused_beside_an_environment(tool_model):
+    from labkit.config import TrainConfig
+    from labkit.tasks import load_split
+
+    config = TrainConfig(model_name_or_path="tiny-tools", prompts_per_step=2, num_generations=2,
+                         max_completion_length=32, max_steps=1, device="cpu", dtype="float32",
+                         progress=False, rlplus_demonstrations=True, loss_type="rlplus")
+    with pytest.raises(ValueError, match="rlplus_demonstrations=True with an "
+                                         "environment_factory: RL-PLUS's demonstrations are "
+                                         "single-turn texts"):
+        _trainer(tool_model, config, load_split("train").select(range(4)), CalculatorEnv)

@@ -26,10 +26,12 @@ sampled is re-tokenized), and episodes of one group end at different turns.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import torch
 
 from labkit.agents.tool_calls import ERROR_PREFIX, last_tool_call, run_tool_call
+from labkit.fields import integer
 from labkit.rollout import Rollout, encode_prompts, generate_from_ids
 
 #: The tokens appended after a turn that called a tool: the end of the assistant's turn is already
@@ -72,6 +74,34 @@ def environment_turn_ids(tokenizer, reply: str) -> list[int]:
     return tokenizer(ENVIRONMENT_TURN.format(reply=reply), add_special_tokens=False)["input_ids"]
 
 
+def checked_environment_factory(factory, config=None):
+    """``factory`` (TRL's ``environment_factory``) once it has built one environment that
+    follows TRL's contract, as TRL's ``GRPOTrainer`` probes its factory when it is built: a
+    factory that returns None, or an object without a ``reset`` method, is refused here rather
+    than at the first step. ``config`` (a :class:`~labkit.config.TrainConfig`): its settings
+    that cannot run with episodes are refused too. None passes through (no environment)."""
+    if factory is None:
+        return None
+    if not callable(factory):
+        hint = (" (TRL's dict of named environments is not supported here: pass one factory)"
+                if isinstance(factory, dict) else "")
+        raise TypeError(f"environment_factory must be a callable that returns an environment "
+                        f"(a class such as labkit.agents.CalculatorEnv), got "
+                        f"{type(factory).__name__}{hint}")
+    if config is not None and config.rlplus_demonstrations:
+        raise ValueError("rlplus_demonstrations=True with an environment_factory: RL-PLUS's "
+                         "demonstrations are single-turn texts (the dataset's worked solution) "
+                         "with no tool calls or environment turns to mask, so an episode's group "
+                         "has no demonstration to hold; set rlplus_demonstrations=False or train "
+                         "without the environment")
+    env = factory()
+    if not callable(getattr(type(env), "reset", None)):
+        raise TypeError(f"environment_factory() returned {type(env).__name__} {env!r:.60}, "
+                        f"which has no reset method: an environment needs reset(**row) and its "
+                        f"tools as public methods (TRL's contract; see labkit.agents.CalculatorEnv)")
+    return factory
+
+
 def environments(factory, rows: dict, num_generations: int) -> list:
     """One fresh environment per episode, reset on its prompt's row (TRL's contract:
     ``factory()`` builds one, ``reset(**row)`` starts it)."""
@@ -88,22 +118,23 @@ def environments(factory, rows: dict, num_generations: int) -> list:
 def run_episodes(model, tokenizer, prompts, environments, *, num_generations: int = 1,
                  max_completion_length: int = 256, max_tool_calling_iterations: int | None = None,
                  temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
-                 generator: torch.Generator | None = None) -> Episodes:
+                 greedy: bool = False, generator: torch.Generator | None = None) -> Episodes:
     """Run one episode per prompt and completion: ``len(prompts) * num_generations`` rows, the
     completions of one prompt consecutive (TRL's layout).
 
     ``environments`` holds one environment per row, already reset on its row's data (TRL's
     contract: public methods are the tools). ``max_tool_calling_iterations``: most tool calls an
-    episode gets answered (None: as many as the length budget allows).
+    episode gets answered, an integer >= 1 (None: as many as the length budget allows).
+    ``greedy``: every turn takes the arg-max token (ReMax's baseline episode).
     """
     rows = len(prompts) * num_generations
     if len(environments) != rows:
         raise ValueError(f"environments must hold one environment per episode: "
                          f"{len(prompts)} prompts x {num_generations} = {rows}, got "
                          f"{len(environments)}")
-    if max_tool_calling_iterations is not None and max_tool_calling_iterations < 0:
-        raise ValueError(f"max_tool_calling_iterations must be >= 0 or None, got "
-                         f"{max_tool_calling_iterations}")
+    if max_tool_calling_iterations is not None:  # TrainConfig's rule for the same field
+        integer(SimpleNamespace(max_tool_calling_iterations=max_tool_calling_iterations),
+                "max_tool_calling_iterations", low=1)
     device = next(model.parameters()).device
     prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, device)
     prompt_ids = prompt_ids.repeat_interleave(num_generations, dim=0)
@@ -119,7 +150,7 @@ def run_episodes(model, tokenizer, prompts, environments, *, num_generations: in
         ids, mask = _left_padded([contexts[i] + tokens[i] for i in active], tokenizer, device)
         turn = generate_from_ids(model, tokenizer, ids, mask, max_completion_length=budget,
                                  temperature=temperature, top_p=top_p, top_k=top_k,
-                                 generator=generator)
+                                 greedy=greedy, generator=generator)
         still = []
         for row, i in enumerate(active):
             room = max_completion_length - len(tokens[i])
@@ -264,6 +295,7 @@ __all__ = [
     "ENVIRONMENT_TURN",
     "Episodes",
     "action_mask_of",
+    "checked_environment_factory",
     "environment_turn_ids",
     "environments",
     "policy_text",

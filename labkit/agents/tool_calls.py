@@ -29,10 +29,10 @@ import math
 import re
 from dataclasses import dataclass
 
-__all__ = ["MAX_TOOL_CALL_CHARS", "TOOL_CALL_CLOSE", "TOOL_CALL_OPEN", "TOOL_RESPONSE_CLOSE",
-           "TOOL_RESPONSE_OPEN", "ToolCall", "ToolCallError", "environment_tools",
-           "format_tool_call", "format_tool_response", "last_tool_call", "parse_tool_call",
-           "run_tool_call"]
+__all__ = ["MAX_ERROR_CHARS", "MAX_TOOL_CALL_CHARS", "TOOL_CALL_CLOSE", "TOOL_CALL_OPEN",
+           "TOOL_RESPONSE_CLOSE", "TOOL_RESPONSE_OPEN", "ToolCall", "ToolCallError",
+           "environment_tools", "format_tool_call", "format_tool_response", "last_tool_call",
+           "parse_tool_call", "run_tool_call"]
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
@@ -189,7 +189,12 @@ def environment_tools(env) -> dict:
 def run_tool_call(env, body: str) -> str:
     """Parse a call's body, run it on ``env`` and return the reply text; never raises on the
     policy's text (a malformed call, an unknown tool or wrong argument names give an
-    ``error: ...`` reply). The tool's own errors are its replies, as the lab's tools return them.
+    ``error: ...`` reply). The lab's tools return their own errors as replies; a tool that
+    raises instead (an ``Exception``: a ``KeyError`` on an argument it did not expect, a
+    ``TypeError`` from a positional-only parameter) is answered with
+    ``error: <tool> raised <type>: <message>``, as TRL answers a failing tool with its error, so
+    one bad call costs the policy a turn, not the training step. ``KeyboardInterrupt`` and the
+    other non-``Exception`` signals still stop the run.
     """
     try:
         call = parse_tool_call(body)
@@ -201,14 +206,36 @@ def run_tool_call(env, body: str) -> str:
                 f"{', '.join(tools) or 'none'}")
     tool = tools[call.name]
     parameters = inspect.signature(tool).parameters
-    unknown = [key for key in call.arguments if key not in parameters]
+    kinds = {parameter.kind for parameter in parameters.values()}
+    unknown = ([] if inspect.Parameter.VAR_KEYWORD in kinds
+               else [key for key in call.arguments if key not in parameters])
     missing = [key for key, parameter in parameters.items()
-               if parameter.default is parameter.empty and key not in call.arguments]
+               if parameter.default is parameter.empty and key not in call.arguments
+               and parameter.kind not in (inspect.Parameter.VAR_POSITIONAL,
+                                          inspect.Parameter.VAR_KEYWORD)]
     if unknown or missing:
         problem = (f"unknown argument {_short(unknown[0])}" if unknown
                    else f"missing argument {missing[0]!r}")
         return f"{ERROR_PREFIX}{problem}; {call.name} takes {', '.join(parameters)}"
-    return str(tool(**call.arguments))
+    try:
+        return str(tool(**call.arguments))
+    except Exception as error:  # noqa: BLE001 (the tool's failure is the policy's reply)
+        return f"{ERROR_PREFIX}{call.name} raised {_error_text(error)}"
+
+
+#: Longest text of a tool's exception quoted in its error reply (one line).
+MAX_ERROR_CHARS = 160
+
+
+def _error_text(error: Exception) -> str:
+    """``<type>: <message>`` of a tool's exception on one ASCII line of at most
+    :data:`MAX_ERROR_CHARS` characters (a message that cannot be printed is left out)."""
+    try:
+        message = " ".join(str(error).split()).encode("ascii", "backslashreplace").decode()
+    except Exception:  # noqa: BLE001 (an exception whose __str__ fails still gets a reply)
+        message = ""
+    text = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS - 3] + "..."
 
 
 def _unique_keys(pairs: list) -> dict:

@@ -51,20 +51,9 @@ def sample_round(trainer, indices: list[int], sampling_model) -> tuple[Experienc
     cfg, num_generations = trainer.config, trainer.config.num_generations
     rows = trainer.train_dataset[indices]
     tic = time.perf_counter()
-    if trainer.environment_factory is not None:
-        rollout = run_episodes(sampling_model, trainer.tokenizer, rows["prompt"],
-                               environments(trainer.environment_factory, rows, num_generations),
-                               num_generations=num_generations,
-                               max_completion_length=cfg.max_completion_length,
-                               max_tool_calling_iterations=cfg.max_tool_calling_iterations,
-                               temperature=trainer.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
-                               generator=trainer.generator)
-    else:
-        rollout = generate(sampling_model, trainer.tokenizer, rows["prompt"],
-                           num_generations=num_generations,
-                           max_completion_length=cfg.max_completion_length,
-                           temperature=trainer.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
-                           generator=trainer.generator)
+    rollout = rollout_of(trainer, sampling_model, rows, num_generations,
+                         temperature=trainer.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+                         generator=trainer.generator)
     generation_time = time.perf_counter() - tic
     if cfg.rlplus_demonstrations:
         rollout = with_demonstrations(rollout, trainer.tokenizer, demonstration_texts(rows),
@@ -87,11 +76,30 @@ def sample_round(trainer, indices: list[int], sampling_model) -> tuple[Experienc
     return batch, produced, generation_time
 
 
+def rollout_of(trainer, model, rows: dict, num_generations: int, **sampling):
+    """``num_generations`` completions by ``model`` of each prompt of ``rows`` (dataset
+    columns): multi-turn episodes when the trainer has an environment (a fresh one per episode,
+    reset on its row: :mod:`labkit.agents.episodes`), else single-turn completions.
+    ``sampling``: the sampler's keywords (temperature, top_p, top_k, greedy, generator)."""
+    cfg = trainer.config
+    if trainer.environment_factory is not None:
+        return run_episodes(model, trainer.tokenizer, rows["prompt"],
+                            environments(trainer.environment_factory, rows, num_generations),
+                            num_generations=num_generations,
+                            max_completion_length=cfg.max_completion_length,
+                            max_tool_calling_iterations=cfg.max_tool_calling_iterations,
+                            **sampling)
+    return generate(model, trainer.tokenizer, rows["prompt"], num_generations=num_generations,
+                    max_completion_length=cfg.max_completion_length, **sampling)
+
+
 def greedy_rewards(trainer, batch: Experience) -> torch.Tensor:
-    """ReMax's baseline: the reward of one greedy completion per prompt of ``batch``."""
+    """ReMax's baseline: the reward of one greedy completion per prompt of ``batch``. With an
+    environment the greedy completion is an episode of the same loop as the samples (its tool
+    calls answered, its environment handed to the reward functions), so a reward the
+    environment keeps scores it as it scores them."""
     cfg = trainer.config
     rows = trainer.train_dataset[batch.prompt_index[::cfg.num_generations].tolist()]
-    rollout = generate(trainer.model, trainer.tokenizer, rows["prompt"], num_generations=1,
-                       max_completion_length=cfg.max_completion_length,
-                       temperature=trainer.temperature, greedy=True)
+    rollout = rollout_of(trainer, trainer.model, rows, 1, temperature=trainer.temperature,
+                         greedy=True)
     return score(trainer, rows, rollout)[1]

@@ -286,6 +286,9 @@ NOT_CARRIED = {
     "kl_cov_coef": "cov_penalty only (refused)",
     "exploration_gamma": "RL-PLUS only (refused)",
     "entropy_threshold": "a metric's threshold (entropy_high_frac), not the algorithm",
+    "decode_path": "the lab sampler's decode loop (TRL samples with transformers' generate or "
+                   "vLLM)",
+    "cuda_graphs": "the lab sampler's decode loop on CUDA",
     "eval_temperature": "lab evaluation only",
     "eval_k": "lab evaluation only",
     "eval_max_prompts": "lab evaluation only",
@@ -985,7 +988,8 @@ def from_grpo_config(args, *, reward_funcs=None, num_processes: int = 1,
     :func:`to_grpo_config` (``from_grpo_config(to_grpo_config(c))`` has ``c``'s settings).
 
     ``args`` is a ``trl.GRPOConfig`` or a dict of its arguments (TRL's defaults fill the rest,
-    so TRL need not be installed). TRL's batch geometry becomes the lab's:
+    and what ``GRPOConfig`` derives from them is derived the same way, :func:`_trl_derived`, so
+    TRL need not be installed). TRL's batch geometry becomes the lab's:
 
     ================================================  =========================================
     TRL                                               lab
@@ -1012,6 +1016,8 @@ def from_grpo_config(args, *, reward_funcs=None, num_processes: int = 1,
     trl, chosen = _trl_settings(args)
     _check_processes(num_processes)
     _check_trl_values(trl)
+    if isinstance(args, dict):  # a GRPOConfig derived these in its own __post_init__
+        trl.update(_trl_derived(trl, num_processes))
     if dataset_size is not None and (type(dataset_size) is not int or dataset_size < 1):
         raise ValueError(f"dataset_size must be None or the number of rows of the train set "
                          f"(an integer >= 1), got {dataset_size!r}")
@@ -1119,12 +1125,45 @@ def _check_trl_values(trl: dict) -> None:
         raise ValueError("; ".join(problems))
 
 
+def _trl_derived(trl: dict, num_processes: int) -> dict:
+    """What TRL's ``GRPOConfig.__post_init__`` (TRL 1.16) derives from its arguments, for a dict
+    of them: ``scale_rewards`` True and False read as ``"group"`` and ``"none"``, and the
+    generation batch from whichever of ``generation_batch_size`` and ``steps_per_generation`` is
+    given (``gradient_accumulation_steps`` steps when neither is); both at once, or a generation
+    batch that the global batch does not divide, are refused as TRL refuses them. TRL's unset
+    ``bf16`` (True unless ``fp16``: autocast over float32 weights) is not derived: the lab reads
+    it as ``dtype="auto"`` (bfloat16 weights where the GPU has them, float32 on the CPU)."""
+    out = {}
+    if isinstance(trl["scale_rewards"], bool):
+        out["scale_rewards"] = "group" if trl["scale_rewards"] else "none"
+    per_device = trl["per_device_train_batch_size"]
+    global_batch = per_device * num_processes
+    generation, steps = trl["generation_batch_size"], trl["steps_per_generation"]
+    if generation is not None and steps is not None:
+        raise ValueError(f"generation_batch_size={generation} and steps_per_generation={steps} "
+                         f"are both set: each follows from the other (generation_batch_size = "
+                         f"per_device_train_batch_size x processes x steps_per_generation), and "
+                         f"TRL refuses both; set one")
+    if generation is None:
+        steps = steps or trl["gradient_accumulation_steps"]
+        generation = global_batch * steps
+    elif generation % global_batch:
+        raise ValueError(f"generation_batch_size={generation} is not a multiple of the global "
+                         f"batch (per_device_train_batch_size x processes = {per_device} x "
+                         f"{num_processes} = {global_batch}): TRL refuses it too")
+    else:
+        steps = generation // global_batch
+    out.update(generation_batch_size=generation, steps_per_generation=steps)
+    return out
+
+
 def _lab_geometry(trl: dict, values: dict, num_processes: int, dataset_size) -> dict:
-    """The lab's batch sizes from TRL's (the table of :func:`from_grpo_config`)."""
+    """The lab's batch sizes from TRL's (the table of :func:`from_grpo_config`), once TRL's
+    derivations have set both ``generation_batch_size`` and ``steps_per_generation``."""
     per_device = trl["per_device_train_batch_size"]
     accumulation = trl["gradient_accumulation_steps"]
-    steps_per_generation = trl["steps_per_generation"] or accumulation
-    generation = trl["generation_batch_size"] or per_device * num_processes * steps_per_generation
+    steps_per_generation = trl["steps_per_generation"]
+    generation = trl["generation_batch_size"]
     group = values["num_generations"]
     if generation % group:
         raise ValueError(f"generation_batch_size={generation} (per_device_train_batch_size x "

@@ -4,6 +4,7 @@ both trainers with only its import line changed."""
 
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +68,51 @@ def test_trl_geometry_becomes_prompts_mini_batches_and_micro_batches():
     assert config.max_steps == 3 and config.loss_type == "dapo"  # TRL's default, carried
     epochs = from_grpo_config({"num_generations": 4, "num_train_epochs": 2}, dataset_size=64)
     assert epochs.max_steps == 2 * 64 // epochs.prompts_per_step
+
+
+GENERATION_SETTINGS = [
+    {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2,
+     "generation_batch_size": 16},
+    {"generation_batch_size": 16},
+    {"per_device_train_batch_size": 4, "num_generations": 8, "generation_batch_size": 32},
+    {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2,
+     "steps_per_generation": 4},
+    {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2},
+    {"scale_rewards": False},
+    {"scale_rewards": True},
+]
+
+
+@pytest.mark.parametrize("settings", GENERATION_SETTINGS)
+def test_a_dict_of_settings_is_read_as_trls_grpo_config_reads_it(settings, tmp_path):
+    """TRL's GRPOConfig derives steps_per_generation from generation_batch_size (or the other way
+    round) and reads scale_rewards=True/False as "group"/"none"; a dict must come out the same:
+    generation_batch_size=16 over 4 x 2 is 4 micro-steps, 2 optimizer steps per generation."""
+    settings = {"num_generations": 4, "max_steps": 8, "use_cpu": True,
+                "output_dir": str(tmp_path), **settings}
+    from_dict = from_grpo_config(settings)
+    from_trl = from_grpo_config(trl.GRPOConfig(**settings))
+    # TRL's unset bf16 becomes True (autocast over float32 weights); the lab reads it as
+    # dtype='auto' (float32 on the CPU), its own choice of the weights' dtype
+    assert (from_dict.dtype, from_trl.dtype) == ("auto", "bfloat16")
+    assert _settings(from_dict) == {**_settings(from_trl), "dtype": "auto"}
+    if settings.get("generation_batch_size") == 16 and "gradient_accumulation_steps" in settings:
+        assert (from_dict.prompts_per_step, from_dict.num_mini_batches) == (4, 2)
+
+
+@pytest.mark.parametrize(("settings", "named"), [
+    ({"generation_batch_size": 16, "steps_per_generation": 2},
+     "generation_batch_size=16 and steps_per_generation=2 are both set"),
+    ({"generation_batch_size": 12},
+     ("generation_batch_size=12 is not a multiple of the global batch "
+      "(per_device_train_batch_size x processes = 8 x 1 = 8)")),
+])
+def test_a_dict_is_refused_where_trl_refuses_it(settings, named, tmp_path):
+    settings = {"num_generations": 4, "max_steps": 8, "output_dir": str(tmp_path), **settings}
+    with pytest.raises(ValueError):
+        trl.GRPOConfig(**settings)
+    with pytest.raises(ValueError, match=re.escape(named)):
+        from_grpo_config(settings)
 
 
 @pytest.mark.parametrize(("settings", "named"), [

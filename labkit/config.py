@@ -44,6 +44,7 @@ from labkit.advantages import (
     get_estimator,
     group_estimators,
 )
+from labkit.decode import DECODE_PATHS
 from labkit.fields import (
     boolean,
     choice,
@@ -121,6 +122,12 @@ class TrainConfig:
     lora_target_modules: tuple[str, ...] | str | None = None
     """module names to adapt, e.g. ("q_proj", "v_proj"); "all-linear" = every linear layer but
     the output head; None = peft's default for the architecture (q_proj, v_proj on Qwen) (TRL)"""
+    use_rslora: bool = False
+    """rank-stabilised LoRA (arXiv 2312.03732): scale the update by lora_alpha / sqrt(lora_r)
+    instead of lora_alpha / lora_r, so a higher rank still learns (TRL, peft)"""
+    use_dora: bool = False
+    """DoRA (arXiv 2402.09353): split each adapted weight into a magnitude, trained directly, and
+    a direction that LoRA adapts; slower per step than LoRA (TRL, peft)"""
 
     # ---- which prompts ----------------------------------------------------------------------------
     prompt_sampler: str = "uniform"
@@ -161,6 +168,14 @@ class TrainConfig:
     """a sampler that differs from the trainer, as an inference engine does: "bfloat16" (or
     "float32") = completions are sampled by a copy of the policy in that dtype, synced every
     step, and its log-probs are the sampling log-probs; None = the policy samples itself"""
+    decode_path: str = "auto"
+    """the sampler's decode loop (labkit.decode): "auto" = the fixed-shape loop on CUDA (KV
+    cache allocated once, finished rows masked in place), the dynamic loop elsewhere (finished
+    rows dropped every step: the CPU's faster loop); "fixed" or "dynamic" forces one"""
+    cuda_graphs: bool = True
+    """on CUDA, capture the fixed-shape loop's decode step as a CUDA graph and replay it (one
+    launch per token instead of one per kernel); False = eager steps. A model with peft (LoRA)
+    adapters is never captured (they can be switched per call); no effect off CUDA"""
     vllm_importance_sampling_correction: bool = False
     """weight each token's policy loss by the bounded ratio pi_trainer / pi_sampler
     (labkit.mismatch; Yao et al. 2025, TRL's name; TRL turns it on by default with vLLM)"""
@@ -462,7 +477,7 @@ class TrainConfig:
         for name in ("gradient_checkpointing", "dynamic_sampling", "mask_truncated_completions",
                      "kl_in_reward", "use_bias_correction_kl", "save_on_interrupt", "progress",
                      "rollback_nonfinite_weights", "sync_ref_model", "rlplus_demonstrations",
-                     "use_peft", "vllm_importance_sampling_correction",
+                     "use_peft", "vllm_importance_sampling_correction", "cuda_graphs",
                      "train_on_environment_tokens"):
             boolean(self, name)
         self._check_lora_values()
@@ -471,6 +486,7 @@ class TrainConfig:
         device(self)
         for name in ("output_dir", "resume_from"):
             path(self, name)
+        choice(self, "decode_path", DECODE_PATHS)
         choice(self, "advantage_estimator", estimators())
         choice(self, "scale_rewards", SCALE_REWARDS)
         choice(self, "multi_objective_aggregation", MULTI_OBJECTIVE_AGGREGATIONS)
@@ -627,6 +643,8 @@ class TrainConfig:
             loss.config_check(self)
 
     def _check_lora_values(self):
+        boolean(self, "use_rslora")
+        boolean(self, "use_dora")
         integer(self, "lora_r", low=1)
         number(self, "lora_alpha", 0, math.inf, low_open=True)
         number(self, "lora_dropout", 0, 1, high_open=True)

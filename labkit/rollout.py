@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import torch
 
 from labkit.compat import cache_kwargs
+from labkit.decode import current_settings, decode_fixed, plan_decoding
+from labkit.models import decode_attention
 
 
 @dataclass
@@ -106,6 +108,35 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
     return logits
 
 
+class ContextLengthError(ValueError):
+    """A prompt plus ``max_completion_length`` does not fit in the model's positions. ``row`` is
+    the prompt's row in the call (before the ``num_generations`` copies)."""
+
+    def __init__(self, message: str, row: int):
+        super().__init__(message)
+        self.row = row
+
+
+def check_context(model, prompt_mask: torch.Tensor, max_completion_length: int) -> None:
+    """Refuse prompts that leave no room for ``max_completion_length`` tokens within the model's
+    ``max_position_embeddings``: past them the positions were never trained, and the completions
+    would be scored (often 0) as if nothing were wrong. Raises :class:`ContextLengthError`."""
+    config = model.config.get_text_config(decoder=True) if hasattr(
+        model.config, "get_text_config") else model.config
+    context = getattr(config, "max_position_embeddings", None)
+    if context is None or prompt_mask.numel() == 0:
+        return
+    prompt_lengths = prompt_mask.sum(-1)
+    row = int(prompt_lengths.argmax())
+    longest = int(prompt_lengths[row])
+    if longest + max_completion_length > context:
+        raise ContextLengthError(
+            f"a prompt of {longest} tokens (row {row} of the call) with max_completion_length="
+            f"{max_completion_length} exceeds the model's context of {context} positions "
+            f"(max_position_embeddings); shorten the prompt or lower max_completion_length to "
+            f"at most {max(context - longest, 0)}", row)
+
+
 @torch.inference_mode()
 def generate(
     model,
@@ -119,34 +150,50 @@ def generate(
     top_k: int = 0,
     greedy: bool = False,
     generator: torch.Generator | None = None,
+    decode_path: str | None = None,
+    cuda_graphs: bool | None = None,
 ) -> Rollout:
     """Sample ``num_generations`` completions for each prompt.
 
     ``prompts`` is a list of chat conversations (``[{"role": "user", "content": ...}]``) or of
     plain strings. ``generator`` makes sampling reproducible (it must live on the model's device).
     ``greedy=True`` takes the arg-max token (ReMax's baseline, deterministic evaluation).
+    ``decode_path`` (``"auto"``, ``"dynamic"``, ``"fixed"``) and ``cuda_graphs`` choose the
+    decode loop (:mod:`labkit.decode`); None = the enclosing
+    :func:`labkit.decode.decode_settings`, else ``"auto"`` with graphs on. A prompt that leaves
+    no room for ``max_completion_length`` tokens in the model's context is refused
+    (:func:`check_context`).
     """
     device = next(model.parameters()).device
     prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, device)
     return generate_from_ids(model, tokenizer, prompt_ids, prompt_mask,
                              num_generations=num_generations,
                              max_completion_length=max_completion_length, temperature=temperature,
-                             top_p=top_p, top_k=top_k, greedy=greedy, generator=generator)
+                             top_p=top_p, top_k=top_k, greedy=greedy, generator=generator,
+                             decode_path=decode_path, cuda_graphs=cuda_graphs)
 
 
 @torch.inference_mode()
 def generate_from_ids(model, tokenizer, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *,
                       num_generations: int = 1, max_completion_length: int = 128,
                       temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
-                      greedy: bool = False, generator: torch.Generator | None = None) -> Rollout:
+                      greedy: bool = False, generator: torch.Generator | None = None,
+                      decode_path: str | None = None, cuda_graphs: bool | None = None,
+                      check_context_length: bool = True) -> Rollout:
     """:func:`generate` from already tokenized, left-padded prompts ``(N, P)`` and their mask:
     the multi-turn episodes (:mod:`labkit.agents.episodes`) continue from token ids, since
     decoding and re-encoding text could merge characters the policy sampled one by one into a
-    tag token."""
+    tag token. ``check_context_length=False`` skips :func:`check_context`: for a caller that
+    checked its own budget (an episode's later turns, whose rows each have less room than the
+    longest row's budget would suggest)."""
     if max_completion_length < 1:
         raise ValueError(f"max_completion_length must be >= 1, got {max_completion_length}")
     if not greedy and temperature <= 0:
         raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
+    if check_context_length:
+        check_context(model, prompt_mask, max_completion_length)
+    settings = current_settings(decode_path, cuda_graphs)
+    plan = plan_decoding(model, settings.path, settings.cuda_graphs)
     device = prompt_ids.device
     eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
 
@@ -154,21 +201,43 @@ def generate_from_ids(model, tokenizer, prompt_ids: torch.Tensor, prompt_mask: t
     model.eval()
     from transformers import DynamicCache
 
-    cache = DynamicCache()
-    positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
-                logits_to_keep=1, **cache_kwargs(cache))
-    logits = out.logits[:, -1].float()
-    if num_generations > 1:  # one prefill per prompt, shared by its G samples
-        cache.batch_repeat_interleave(num_generations)
-        logits = logits.repeat_interleave(num_generations, dim=0)
-        positions = positions.repeat_interleave(num_generations, dim=0)
-        prompt_ids = prompt_ids.repeat_interleave(num_generations, dim=0)
-        prompt_mask = prompt_mask.repeat_interleave(num_generations, dim=0)
-    batch = prompt_ids.size(0)
-    next_pos = positions[:, -1] + 1
-    attn = prompt_mask
+    with decode_attention(device):
+        cache = DynamicCache()
+        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+        out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
+                    logits_to_keep=1, **cache_kwargs(cache))
+        logits = out.logits[:, -1].float()
+        if num_generations > 1:  # one prefill per prompt, shared by its G samples
+            logits = logits.repeat_interleave(num_generations, dim=0)
+            positions = positions.repeat_interleave(num_generations, dim=0)
+            prompt_ids = prompt_ids.repeat_interleave(num_generations, dim=0)
+            prompt_mask = prompt_mask.repeat_interleave(num_generations, dim=0)
+        sampling = {"max_completion_length": max_completion_length, "temperature": temperature,
+                    "top_p": top_p, "top_k": top_k, "greedy": greedy, "generator": generator,
+                    "eos_id": eos_id, "pad_id": pad_id}
+        if plan.path == "fixed":
+            tokens, logps, entropies, finished_at = decode_fixed(
+                model, cache, logits, prompt_mask, positions[:, -1] + 1, repeats=num_generations,
+                cuda_graph=plan.cuda_graph, match_stream=device.type == "cpu", **sampling)
+        else:
+            if num_generations > 1:
+                cache.batch_repeat_interleave(num_generations)
+            tokens, logps, entropies, finished_at = _decode_dynamic(
+                model, cache, logits, prompt_mask, positions[:, -1] + 1, **sampling)
+    if was_training:
+        model.train()
+    return _rollout(tokenizer, prompt_ids, prompt_mask, tokens, logps, entropies, finished_at,
+                    max_completion_length)
 
+
+def _decode_dynamic(model, cache, logits, attn, next_pos, *, max_completion_length: int,
+                    temperature: float, top_p: float, top_k: int, greedy: bool, generator,
+                    eos_id: int, pad_id: int):
+    """The dynamic loop (the CPU's): one cached forward per token over the live rows only;
+    finished rows leave the batch and the cache. Returns ``(tokens, logprobs, entropies,
+    finished_at)``: (B, L) tokens (pad after the end), their sampling log-probs and entropies
+    (0 after the end), and the step each row finished at (-1: truncated)."""
+    batch, device = logits.size(0), logits.device
     tokens = torch.full((batch, max_completion_length), pad_id, dtype=torch.long, device=device)
     logps = torch.zeros((batch, max_completion_length), dtype=torch.float32, device=device)
     entropies = torch.zeros_like(logps)
@@ -202,9 +271,14 @@ def generate_from_ids(model, tokenizer, prompt_ids: torch.Tensor, prompt_mask: t
                     **cache_kwargs(cache))
         logits = out.logits[:, -1].float()
         next_pos = next_pos + 1
+    return tokens, logps, entropies, finished_at
 
-    if was_training:
-        model.train()
+
+def _rollout(tokenizer, prompt_ids, prompt_mask, tokens, logps, entropies, finished_at,
+             max_completion_length: int) -> Rollout:
+    """The :class:`Rollout` of a decode loop's output, trimmed to the longest completion."""
+    eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
+    device = tokens.device
     truncated = finished_at < 0
     lengths = torch.where(truncated, max_completion_length, finished_at + 1)
     steps = torch.arange(max_completion_length, device=device)

@@ -66,6 +66,7 @@ import torch
 from labkit.advantages import AdvantageInputs, Estimator, get_estimator, kl_penalized_rewards
 from labkit.agents.episodes import checked_environment_factory
 from labkit.config import TrainConfig
+from labkit.decode import decode_settings, plan_decoding
 from labkit.engine.checkpoint import RESUMABLE_CHANGES, restore_trainer, save_trainer
 from labkit.engine.forward import (
     completion_logprobs_and_entropy,
@@ -111,6 +112,7 @@ from labkit.prompt_sampling import make_sampler
 from labkit.ptx import PTXData, ptx_nll
 from labkit.reference import StallTrigger, move_reference, reset_reference
 from labkit.rewards import accuracy_reward
+from labkit.rewards.environment import check_environment_rewards
 from labkit.temperature import temperature_at
 from labkit.token_filters import token_filters, top_entropy_mask
 
@@ -158,11 +160,14 @@ class Trainer:
         self.device = next(self.model.parameters()).device
         self.reward_funcs, self.reward_names = prepare_reward_funcs(cfg, reward_funcs)
         self.train_dataset, self.eval_dataset = prepare_datasets(
-            cfg, train_dataset, eval_dataset, needs_answers=accuracy_reward in self.reward_funcs)
+            cfg, train_dataset, eval_dataset, needs_answers=accuracy_reward in self.reward_funcs,
+            episodes=environment_factory is not None)
         self.callbacks = list(callbacks)
         # multi-turn episodes with tools (labkit.agents): a callable that builds one environment,
         # probed once here as TRL probes it
         self.environment_factory = checked_environment_factory(environment_factory, cfg)
+        if environment_factory is None:  # an environment reward would have nothing to read
+            check_environment_rewards(self.reward_funcs, None, "environment_factory is None")
         # Only the models the configuration needs: a frozen reference only when beta != 0, and
         # none with LoRA, whose reference is the same model with its adapters disabled.
         self.ref_model = (frozen_copy(self.model) if cfg.needs_reference and not cfg.use_peft
@@ -171,6 +176,10 @@ class Trainer:
         # step: a copy of the policy in sampling_dtype.
         self.sampling_model = (frozen_copy(self.model, getattr(torch, cfg.sampling_dtype))
                                if cfg.sampling_dtype else None)
+        # which decode loop samples (labkit.decode); "fixed" where it cannot run is refused here
+        self.decode_plan = plan_decoding(
+            self.model if self.sampling_model is None else self.sampling_model, cfg.decode_path,
+            cfg.cuda_graphs)
         self.value_model = ValueModel(self.model) if self.estimator.critic else None
         self.optimizer, self.scheduler = make_optimizer(cfg, self.model, self.value_model)
         self.sampler = make_sampler(cfg.prompt_sampler, self.train_dataset, cfg.seed,
@@ -208,8 +217,9 @@ class Trainer:
         return pd.DataFrame(self.eval_rows)
 
     # ---- the loop --------------------------------------------------------------------------------
-    def train(self, resume_from=None) -> TrainResult:
+    def train(self, resume_from=None, allow_changes=()) -> TrainResult:
         """Run steps until ``max_steps``; returns a :class:`TrainResult`, also when interrupted.
+        ``resume_from`` (and ``allow_changes``) as in :meth:`load_checkpoint`.
 
         A Ctrl-C stops the run at the next safe point: the step in progress is either finished
         (its update had started) or forgotten (it had not); with ``output_dir`` a checkpoint of
@@ -220,7 +230,9 @@ class Trainer:
 
         cfg = self.config
         if resume_from is not None:
-            self.load_checkpoint(resume_from)
+            self.load_checkpoint(resume_from, allow_changes)
+        if self.device.type != "cpu" or cfg.decode_path != "auto":  # the CPU default is silent
+            print(self.decode_plan)
         bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not cfg.progress,
                    desc=f"{cfg.advantage_estimator}/{cfg.loss_type}")
         interrupted = False
@@ -294,8 +306,17 @@ class Trainer:
         print(f"Training interrupted at step {self.step}: history and weights of step "
               f"{self.step} kept{where}.")
 
+    def decoding(self):
+        """The run's sampler settings (``decode_path``, ``cuda_graphs``) around a sampling call:
+        every generate the trainer makes (steps, evaluations, episodes) decodes with them."""
+        return decode_settings(self.config.decode_path, self.config.cuda_graphs)
+
     def training_step(self) -> dict:
         """Sample, score, compute advantages and update once; returns the step's metrics row."""
+        with self.decoding():
+            return self._training_step()
+
+    def _training_step(self) -> dict:
         cfg = self.config
         start = time.perf_counter()
         if self.device.type == "cuda":
@@ -539,11 +560,13 @@ class Trainer:
         cfg = self.config
         if self.eval_dataset is None:
             raise ValueError("no eval dataset: pass eval_dataset or set eval_every > 0")
-        return eval_metrics(evaluate(self.model, self.tokenizer, self.eval_dataset, k=cfg.eval_k,
-                                     temperature=cfg.eval_temperature or cfg.temperature,
-                                     max_completion_length=cfg.max_completion_length,
-                                     seed=cfg.seed, environment_factory=self.environment_factory,
-                                     max_tool_calling_iterations=cfg.max_tool_calling_iterations))
+        with self.decoding():
+            table = evaluate(self.model, self.tokenizer, self.eval_dataset, k=cfg.eval_k,
+                             temperature=cfg.eval_temperature or cfg.temperature,
+                             max_completion_length=cfg.max_completion_length, seed=cfg.seed,
+                             environment_factory=self.environment_factory,
+                             max_tool_calling_iterations=cfg.max_tool_calling_iterations)
+        return eval_metrics(table)
 
     def save_checkpoint(self, directory=None) -> Path:
         """Save everything needed to resume, atomically; default ``output_dir/checkpoint-<step>``."""
@@ -554,21 +577,23 @@ class Trainer:
         with self.guard:
             return save_trainer(self, directory)
 
-    def load_checkpoint(self, directory) -> None:
+    def load_checkpoint(self, directory, allow_changes=()) -> None:
         """Restore a :meth:`save_checkpoint` folder into this trainer (weights, optimizer,
         scheduler, random states, data position, history). Refuses a checkpoint whose run had a
-        different configuration in any field outside :data:`RESUMABLE_CHANGES`."""
-        restore_trainer(self, directory)
+        different configuration in any field outside :data:`RESUMABLE_CHANGES`, or other
+        training data, reward functions or environment factory, unless ``allow_changes`` names
+        that input (``"data"``, ``"rewards"``, ``"environment"``, or a tuple of them)."""
+        restore_trainer(self, directory, allow_changes)
 
 
 def train(config: TrainConfig | None = None, model=None, tokenizer=None, train_dataset=None,
           eval_dataset=None, reward_funcs=None, callbacks=(), resume_from=None,
-          environment_factory=None) -> TrainResult:
+          environment_factory=None, allow_changes=()) -> TrainResult:
     """Build a :class:`Trainer` and run it; see :class:`Trainer` for the arguments."""
     trainer = Trainer(config, model=model, tokenizer=tokenizer, train_dataset=train_dataset,
                       eval_dataset=eval_dataset, reward_funcs=reward_funcs, callbacks=callbacks,
                       environment_factory=environment_factory)
-    return trainer.train(resume_from=resume_from)
+    return trainer.train(resume_from=resume_from, allow_changes=allow_changes)
 
 
 # ---- helpers -------------------------------------------------------------------------------------

@@ -197,6 +197,8 @@ DERIVED_FIELDS = {
     "lora_alpha": "peft_config's lora_alpha",
     "lora_dropout": "peft_config's lora_dropout",
     "lora_target_modules": "peft_config's target_modules",
+    "use_rslora": "peft_config's use_rslora",
+    "use_dora": "peft_config's use_dora",
 }
 
 #: Lab-only settings: ``field -> (value that TRL's GRPOTrainer also has, {value: why not})``.

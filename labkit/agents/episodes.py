@@ -150,7 +150,10 @@ def run_episodes(model, tokenizer, prompts, environments, *, num_generations: in
         ids, mask = _left_padded([contexts[i] + tokens[i] for i in active], tokenizer, device)
         turn = generate_from_ids(model, tokenizer, ids, mask, max_completion_length=budget,
                                  temperature=temperature, top_p=top_p, top_k=top_k,
-                                 greedy=greedy, generator=generator)
+                                 greedy=greedy, generator=generator,
+                                 # the first turn checks prompt + budget against the context;
+                                 # later, each row's room is its own, below the longest's budget
+                                 check_context_length=not any(tokens[i] for i in active))
         still = []
         for row, i in enumerate(active):
             room = max_completion_length - len(tokens[i])

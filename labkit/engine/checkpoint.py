@@ -13,17 +13,31 @@ A checkpoint folder holds
                             the non-finite streak and the configuration
 ``history.parquet``         the metrics rows so far (parquet keeps floats bit for bit)
 ``eval_history.parquet``    the evaluation rows so far
-``manifest.json``           the SHA-256 of every file above, checked when the folder is loaded
+``manifest.json``           the SHA-256 of every file above, checked when the folder is loaded;
+                            written last, it is also what marks the folder as the lab's
 ==========================  ====================================================================
 
 Safety, since a checkpoint is the thing a crash must not take away:
 
 * **No code runs on load.** Every ``.pt`` file is read with ``torch.load(weights_only=True)``,
   which only rebuilds tensors and plain Python containers; a crafted file cannot execute anything.
-* **Atomic saves.** A checkpoint is written to a ``<name>.partial`` folder beside its destination
-  and renamed into place only when complete (an older folder of the same name is moved aside
+* **Atomic saves.** A checkpoint is written into a temporary folder beside its destination and
+  renamed into place only when complete (an older checkpoint of the same name is moved aside
   first and deleted last), so a kill or a second Ctrl-C mid-save leaves the previous checkpoint
   readable.
+* **Only the lab's files are deleted.** A save replaces an existing folder only when it is a
+  labkit checkpoint holding nothing but the files its manifest lists (how ``save_every`` and an
+  interrupt's save overwrite ``checkpoint-<step>``); a file, or a folder holding anything else
+  (a learner's notes and plots, a symlink), is refused with :class:`FileExistsError` naming what
+  it holds. The temporary folder is hidden and named after the destination,
+  ``.<name>.labkit-save-<random>``, and carries a marker file; only folders with that marker are
+  ever deleted, so a ``<name>.old`` or ``<name>.partial`` of the learner's is never touched.
+  A save clears the marked leftovers of an earlier, killed save to the same folder (two runs
+  must not save to one folder at the same time).
+* **The same inputs.** The state records fingerprints of what the run trained on
+  (:func:`run_fingerprints`: the training data's size and a hash of its ids and prompts, the
+  reward functions' names and weights, the environment factory's qualified name); resuming with
+  other ones is refused by name unless the resume allows that change (``allow_changes``).
 * **Checked loads.** A flipped byte, a missing or a truncated file gives an error that names the
   checkpoint and the file, not a raw library traceback; so do weights that do not fit the model,
   a weight file added after saving (only the manifest's files are read) and a manifest entry
@@ -36,21 +50,29 @@ On CPU, resuming from a checkpoint reproduces the uninterrupted run's metrics ex
 
 from __future__ import annotations
 
+import functools
+import glob
 import hashlib
 import json
 import math
 import os
 import shutil
+import tempfile
+import warnings
 import weakref
 from pathlib import Path
 
 import pandas as pd
 import torch
 
+from labkit.hashing import file_sha256
 from labkit.models import quietly
 
 STATE_FILE = "trainer_state.pt"
 MANIFEST_FILE = "manifest.json"
+#: The file that marks a save's temporary folder as the lab's (the only folders a save deletes).
+TEMPORARY_MARKER = ".labkit-temporary"
+_TEMPORARY_INFIX = ".labkit-save-"
 
 
 class CheckpointError(RuntimeError):
@@ -59,52 +81,120 @@ class CheckpointError(RuntimeError):
 
 def save_checkpoint(directory, *, model, tokenizer, state: dict, history: pd.DataFrame,
                     eval_history: pd.DataFrame, value_model=None, ref_model=None) -> Path:
-    """Write a checkpoint folder (see the module docstring) atomically; return its path."""
+    """Write a checkpoint folder (see the module docstring) atomically; return its path.
+
+    ``directory`` may be new, empty, or an earlier checkpoint of the lab that holds only its own
+    files; anything else raises :class:`FileExistsError` before a byte is written.
+    """
     directory = Path(directory)
     # a symlinked folder is written where it points, so the link stays a link
     target = directory.resolve() if directory.is_symlink() else directory
-    partial = target.with_name(target.name + ".partial")
-    if partial.exists():
-        shutil.rmtree(partial)
-    partial.mkdir(parents=True)
-    quietly(model.save_pretrained, partial / "model")  # no progress bar per checkpoint
-    tokenizer.save_pretrained(partial / "model")
-    if value_model is not None:
-        torch.save(value_model.state_dict(), partial / "value_model.pt")
-    if ref_model is not None:
-        torch.save(ref_model.state_dict(), partial / "ref_model.pt")
-    torch.save(state, partial / STATE_FILE)
-    history.to_parquet(partial / "history.parquet")
-    eval_history.to_parquet(partial / "eval_history.parquet")
-    manifest = {path.relative_to(partial).as_posix(): _sha256(path)
-                for path in sorted(partial.rglob("*")) if path.is_file()}
-    (partial / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
-    _replace_folder(partial, target)
+    check_replaceable(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temporaries(target)
+    work = Path(tempfile.mkdtemp(prefix=f".{target.name}{_TEMPORARY_INFIX}", dir=target.parent))
+    try:
+        (work / TEMPORARY_MARKER).write_text("a labkit checkpoint being saved; safe to delete\n")
+        partial = work / "new"
+        partial.mkdir()
+        quietly(model.save_pretrained, partial / "model")  # no progress bar per checkpoint
+        tokenizer.save_pretrained(partial / "model")
+        if value_model is not None:
+            torch.save(value_model.state_dict(), partial / "value_model.pt")
+        if ref_model is not None:
+            torch.save(ref_model.state_dict(), partial / "ref_model.pt")
+        torch.save(state, partial / STATE_FILE)
+        history.to_parquet(partial / "history.parquet")
+        eval_history.to_parquet(partial / "eval_history.parquet")
+        manifest = {path.relative_to(partial).as_posix(): file_sha256(path)
+                    for path in sorted(partial.rglob("*")) if path.is_file()}
+        (partial / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
+        _replace_folder(partial, target, work / "old")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return directory
 
 
-def _replace_folder(source: Path, destination: Path) -> None:
-    """Move ``source`` to ``destination``; an existing destination is moved aside first and
-    deleted only once the new folder is in place (``os.replace`` cannot overwrite a non-empty
-    folder on every platform)."""
-    old = destination.with_name(destination.name + ".old")
-    if old.is_symlink():
-        old.unlink()
-    elif old.exists():
-        shutil.rmtree(old)
+def check_replaceable(folder: Path) -> None:
+    """Raise :class:`FileExistsError` unless a save may put a checkpoint at ``folder``: it does
+    not exist, is an empty folder, or is a labkit checkpoint holding only the files its manifest
+    lists. The lab never deletes a file it did not write."""
+    folder = Path(folder)
+    if not folder.exists():
+        return
+    if not folder.is_dir():
+        raise FileExistsError(f"{folder} is a file, not a checkpoint folder; the lab never "
+                              f"overwrites a file it did not write: save the checkpoint to "
+                              f"another path")
+    is_checkpoint, foreign = _foreign_entries(folder)
+    if not foreign:
+        return
+    shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+    if is_checkpoint:
+        raise FileExistsError(f"{folder} is a labkit checkpoint, but it also holds {shown}, which "
+                              f"the lab did not write (not in its {MANIFEST_FILE}); saving over "
+                              f"it would delete them. Move them out of the folder, or save to "
+                              f"another one")
+    raise FileExistsError(f"{folder} is not empty and is not a labkit checkpoint (it holds "
+                          f"{shown}); the lab never deletes files it did not write: save the "
+                          f"checkpoint to a new or empty folder, e.g. {folder / 'checkpoint'}")
+
+
+def _foreign_entries(folder: Path) -> tuple[bool, list[str]]:
+    """``(is a labkit checkpoint, what in it the lab did not write)``. A checkpoint is a folder
+    whose manifest lists the trainer state; its own entries are the manifest, the files it lists
+    and their folders. Symlinks are never the lab's (a save writes none)."""
+    manifest = _read_manifest(folder)
+    if manifest is None or STATE_FILE not in manifest:
+        return False, sorted(p.name for p in folder.iterdir())
+    own = set(manifest) | {MANIFEST_FILE}
+    own_folders = {parent.as_posix() for name in manifest for parent in Path(name).parents}
+    foreign = []
+    for root, folders, files in os.walk(folder):
+        for name in folders + files:
+            path = Path(root, name)
+            relative = path.relative_to(folder).as_posix()
+            if path.is_symlink() or relative not in (own_folders if name in folders else own):
+                foreign.append(relative + ("/" if name in folders else ""))
+        folders[:] = [f for f in folders if not Path(root, f).is_symlink()]
+    return True, sorted(foreign)
+
+
+def _read_manifest(folder: Path) -> dict | None:
+    """The manifest as ``{name: digest}``, or None when it is missing or is not one."""
+    try:
+        manifest = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # missing, unreadable, not UTF-8 or not JSON
+        return None
+    if not isinstance(manifest, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in manifest.items()):
+        return None
+    return manifest
+
+
+def _remove_stale_temporaries(target: Path) -> None:
+    """Delete the temporary folders a killed save to ``target`` left beside it; only those that
+    carry the lab's marker."""
+    pattern = f".{glob.escape(target.name)}{_TEMPORARY_INFIX}*"
+    for path in target.parent.glob(pattern):
+        if not path.is_symlink() and (path / TEMPORARY_MARKER).is_file():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _replace_folder(source: Path, destination: Path, aside: Path) -> None:
+    """Move ``source`` to ``destination``. An existing destination (checked again: still the
+    lab's) is first moved to ``aside``, inside the save's temporary folder, which the caller
+    deletes; ``os.replace`` cannot overwrite a non-empty folder on every platform. If the second
+    move fails, the previous checkpoint goes back."""
     if destination.exists():
-        os.replace(destination, old)
-    os.replace(source, destination)
-    if old.exists():
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        check_replaceable(destination)
+        os.replace(destination, aside)
+    try:
+        os.replace(source, destination)
+    except BaseException:
+        if aside.exists() and not destination.exists():
+            os.replace(aside, destination)
+        raise
 
 
 def verify_checkpoint(directory) -> None:
@@ -134,7 +224,7 @@ def verify_checkpoint(directory) -> None:
         path = directory / name
         if not path.is_file():
             raise CheckpointError(f"checkpoint {directory}: {name} is missing")
-        if _sha256(path) != expected:
+        if file_sha256(path) != expected:
             raise CheckpointError(f"checkpoint {directory}: {name} does not match its checksum "
                                   f"(the file was changed or damaged after saving)")
 
@@ -203,7 +293,7 @@ def _load_pretrained_weights(model, folder: Path, directory: Path) -> None:
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"checkpoint {directory}: no safetensors weights in {folder.name}/")
-    listed = _manifest_names(directory)
+    listed = _read_manifest(directory)  # verified before, or verify=False by choice
     unlisted = [f.name for f in files if listed is not None
                 and f.relative_to(directory).as_posix() not in listed]
     if unlisted:
@@ -224,13 +314,6 @@ def _load_pretrained_weights(model, folder: Path, directory: Path) -> None:
         first = str(error).strip().splitlines()
         raise CheckpointError(f"checkpoint {directory}: {names} do not fit this run's model "
                               f"({' '.join(first[:2])[:300]})") from error
-
-
-def _manifest_names(directory: Path) -> set | None:
-    try:
-        return set(json.loads((directory / MANIFEST_FILE).read_text()))
-    except (OSError, ValueError):
-        return None  # verified before, or verify=False by choice
 
 
 def _copy_weights(model, state: dict, directory: Path, names: str) -> None:
@@ -286,7 +369,8 @@ def check_same_base(saved: dict | None, model, directory) -> None:
 RESUMABLE_CHANGES = frozenset({
     "max_steps", "eval_every", "eval_k", "eval_max_prompts", "output_dir", "save_every",
     "save_on_interrupt", "resume_from", "progress", "max_nonfinite_steps", "device",
-    "micro_batch_size", "gradient_checkpointing", "rollback_nonfinite_weights"})
+    "micro_batch_size", "gradient_checkpointing", "rollback_nonfinite_weights", "decode_path",
+    "cuda_graphs"})
 
 
 def check_same_run(saved: dict, config, directory) -> None:
@@ -294,9 +378,12 @@ def check_same_run(saved: dict, config, directory) -> None:
     checkpoint's ``config`` dict) in any field outside :data:`RESUMABLE_CHANGES`: resuming would
     silently mix two runs."""
     current = config.to_dict()
+    # a field added to TrainConfig after the checkpoint was written ran at its default then
+    defaults = type(config)().to_dict()
     changed = sorted(name for name in set(saved) | set(current)
                      if name not in RESUMABLE_CHANGES
-                     and _as_tuple(saved.get(name)) != _as_tuple(current.get(name)))
+                     and _as_tuple(saved.get(name, defaults.get(name)))
+                     != _as_tuple(current.get(name)))
     if changed:
         details = ", ".join(f"{n}: {saved.get(n)!r} -> {current.get(n)!r}" for n in changed[:6])
         raise ValueError(f"checkpoint {directory} was saved by a run with another configuration "
@@ -310,9 +397,106 @@ def _as_tuple(value):
     return tuple(value) if isinstance(value, list) else value
 
 
-__all__ = ["RESUMABLE_CHANGES", "CheckpointError", "base_fingerprint", "check_same_base",
-           "check_same_run", "load_checkpoint", "load_state", "save_checkpoint",
-           "verify_checkpoint"]
+#: What a resume may be allowed to change, by name (``allow_changes``): the inputs of the run
+#: that its configuration does not hold, fingerprinted by :func:`run_fingerprints`.
+INPUT_CHANGES = ("data", "rewards", "environment")
+
+
+def run_fingerprints(trainer) -> dict:
+    """What a trainer trains on, in a form a checkpoint can store and compare:
+
+    * ``data``: the training set's row count and the SHA-256 of its rows' ``id`` (where the
+      column exists) and ``prompt``, in order (the prompt sampler's position is an index into
+      this order);
+    * ``rewards``: the reward functions' names (as the history's ``reward_<name>`` columns) and
+      weights (all 1.0 when ``reward_weights`` is None);
+    * ``environment``: the environment factory's qualified name, or None without episodes.
+
+    Names, not code: a reward function edited under the same name passes, as TRL's checkpoints
+    would let it.
+    """
+    weights = trainer.config.reward_weights
+    names = list(trainer.reward_names)
+    return {"data": data_fingerprint(trainer.train_dataset),
+            "rewards": {"names": names, "weights": [float(w) for w in weights]
+                        if weights is not None else [1.0] * len(names)},
+            "environment": qualified_name(trainer.environment_factory)}
+
+
+def data_fingerprint(dataset) -> dict:
+    """``{"rows": n, "sha256": hex}`` of a prompt dataset's ``id`` and ``prompt`` columns."""
+    ids = dataset["id"] if "id" in dataset.column_names else [None] * len(dataset)
+    digest = hashlib.sha256()
+    for row_id, prompt in zip(ids, dataset["prompt"]):
+        digest.update(json.dumps([row_id, prompt], sort_keys=True, ensure_ascii=False,
+                                 default=str).encode("utf-8") + b"\n")
+    return {"rows": len(dataset), "sha256": digest.hexdigest()}
+
+
+def qualified_name(factory) -> str | None:
+    """``module.QualifiedName`` of a callable (the wrapped function of a ``functools.partial``,
+    the class of a callable instance); None for None."""
+    if factory is None:
+        return None
+    target = factory.func if isinstance(factory, functools.partial) else factory
+    if not hasattr(target, "__qualname__"):
+        target = type(target)
+    return f"{getattr(target, '__module__', None) or '?'}.{target.__qualname__}"
+
+
+def allowed_changes(allow_changes) -> frozenset:
+    """Check ``allow_changes`` (a name of :data:`INPUT_CHANGES`, or a tuple of them)."""
+    names = (allow_changes,) if isinstance(allow_changes, str) else allow_changes
+    allowed = ", ".join(map(repr, INPUT_CHANGES))
+    try:
+        names = tuple(names)
+    except TypeError:
+        raise TypeError(f"allow_changes must be a tuple of names from {allowed}, got "
+                        f"{allow_changes!r}") from None
+    unknown = [n for n in names if not isinstance(n, str) or n not in INPUT_CHANGES]
+    if unknown:
+        raise ValueError(f"allow_changes names {unknown[0]!r}; a resume may be allowed to change "
+                         f"{allowed} (the configuration is compared field by field instead: "
+                         f"RESUMABLE_CHANGES)")
+    return frozenset(names)
+
+
+def check_same_inputs(saved: dict | None, current: dict, directory, allow=frozenset()) -> None:
+    """Refuse to resume a checkpoint whose run had other inputs (:func:`run_fingerprints`),
+    except the changes ``allow`` names. A checkpoint from before the fingerprints resumes with
+    a warning that nothing was compared."""
+    if saved is None:
+        warnings.warn(f"checkpoint {directory} holds no fingerprints of its training data, "
+                      f"rewards and environment (saved by an older labkit): this resume cannot "
+                      f"check that they are the ones this run uses", UserWarning, stacklevel=3)
+        return
+    changed = [name for name in INPUT_CHANGES
+               if name in saved and name not in allow and saved[name] != current[name]]
+    if not changed:
+        return
+    details = "; ".join(f"{name} {_describe(name, saved[name])} -> "
+                        f"{_describe(name, current[name])}" for name in changed)
+    example = "(" + ", ".join(map(repr, changed)) + ",)"
+    raise ValueError(f"checkpoint {directory} was saved by a run with other inputs ({details}); "
+                     f"resuming would silently mix two runs. Resume with the run's own "
+                     f"{', '.join(changed)}, or, to continue on purpose with the change, pass "
+                     f"allow_changes={example} to Trainer.load_checkpoint(path, ...) or to "
+                     f"train(..., resume_from=path, ...)")
+
+
+def _describe(name: str, value) -> str:
+    if name == "data":
+        return f"{value['rows']} rows, sha256 {value['sha256'][:12]}"
+    if name == "rewards":
+        return "[" + ", ".join(f"{n} x {w:g}" for n, w in zip(value["names"],
+                                                             value["weights"])) + "]"
+    return "none" if value is None else value
+
+
+__all__ = ["INPUT_CHANGES", "RESUMABLE_CHANGES", "CheckpointError", "allowed_changes",
+           "base_fingerprint", "check_replaceable", "check_same_base", "check_same_inputs",
+           "check_same_run", "data_fingerprint", "load_checkpoint", "load_state",
+           "qualified_name", "run_fingerprints", "save_checkpoint", "verify_checkpoint"]
 
 
 def save_trainer(trainer, directory) -> Path:
@@ -328,6 +512,7 @@ def save_trainer(trainer, directory) -> Path:
              "optimizer_steps": trainer.optimizer_steps,
              "best_eval": [trainer.stall.best, trainer.stall.since_best],
              "base_fingerprint": base_fingerprint(trainer.model),
+             "fingerprints": run_fingerprints(trainer),
              "config": trainer.config.to_dict()}
     return save_checkpoint(directory, model=trainer.model, tokenizer=trainer.tokenizer,
                            state=state, history=trainer.history,
@@ -335,15 +520,18 @@ def save_trainer(trainer, directory) -> Path:
                            ref_model=trainer.ref_model)
 
 
-def restore_trainer(trainer, directory) -> None:
+def restore_trainer(trainer, directory, allow_changes=()) -> None:
     """Restore a :func:`save_trainer` folder into ``trainer`` (weights, optimizer, scheduler,
     random states, data position, history); refuses a checkpoint whose run had a different
-    configuration in any field outside :data:`RESUMABLE_CHANGES`."""
+    configuration in any field outside :data:`RESUMABLE_CHANGES`, or other inputs
+    (:func:`run_fingerprints`) than the ones ``allow_changes`` names."""
     from labkit.engine.run_control import restore_rng
 
+    allow = allowed_changes(allow_changes)
     saved = load_state(directory)
     check_same_run(saved.get("config", {}), trainer.config, directory)
     check_same_base(saved.get("base_fingerprint"), trainer.model, directory)
+    check_same_inputs(saved.get("fingerprints"), run_fingerprints(trainer), directory, allow)
     state, history, eval_history = load_checkpoint(
         directory, model=trainer.model, value_model=trainer.value_model,
         ref_model=trainer.ref_model, verify=False)

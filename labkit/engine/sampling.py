@@ -14,13 +14,12 @@ import torch
 from labkit.agents.episodes import environments, run_episodes
 from labkit.engine.scoring import (
     SampledRound,
-    check_context,
     completion_embeddings,
     demonstration_texts,
     score_completions,
 )
 from labkit.experience import Experience
-from labkit.rollout import generate, with_demonstrations
+from labkit.rollout import ContextLengthError, generate, with_demonstrations
 
 
 def synced_sampling_model(trainer):
@@ -51,14 +50,18 @@ def sample_round(trainer, indices: list[int], sampling_model) -> tuple[Experienc
     cfg, num_generations = trainer.config, trainer.config.num_generations
     rows = trainer.train_dataset[indices]
     tic = time.perf_counter()
-    rollout = rollout_of(trainer, sampling_model, rows, num_generations,
-                         temperature=trainer.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
-                         generator=trainer.generator)
+    try:
+        rollout = rollout_of(trainer, sampling_model, rows, num_generations,
+                             temperature=trainer.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+                             generator=trainer.generator)
+    except ContextLengthError as error:  # name the dataset's row (episodes repeat each prompt)
+        episodes = trainer.environment_factory is not None
+        row = indices[error.row // (num_generations if episodes else 1)]
+        raise ContextLengthError(f"train_dataset row {row}: {error}", row) from None
     generation_time = time.perf_counter() - tic
     if cfg.rlplus_demonstrations:
         rollout = with_demonstrations(rollout, trainer.tokenizer, demonstration_texts(rows),
                                       num_generations)
-    check_context(trainer.model, rollout, indices, cfg.max_completion_length, num_generations)
     batch = Experience.from_rollout(rollout, trainer.tokenizer.pad_token_id,
                                     cfg.train_on_environment_tokens)
     batch.prompt_index = torch.tensor(indices, device=trainer.device).repeat_interleave(

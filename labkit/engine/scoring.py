@@ -10,8 +10,10 @@ The trainer's step 2 (:meth:`labkit.trainer.Trainer.sample_and_score`) in plain 
 * :func:`completion_embeddings`: DRA's embedding of each completion;
 * :func:`sampling_metrics`: reward, accuracy and length statistics over everything sampled in
   the step (dynamic sampling's dropped groups included);
-* :func:`demonstration_texts`: RL-PLUS's external demonstration of each prompt;
-* :func:`check_context`: refuse a prompt that leaves no room for its completion.
+* :func:`demonstration_texts`: RL-PLUS's external demonstration of each prompt.
+
+A prompt that leaves no room for its completion is refused before sampling, by the sampler
+(:func:`labkit.rollout.check_context`).
 """
 
 from __future__ import annotations
@@ -164,22 +166,6 @@ def demonstration_texts(rows: dict) -> list[str]:
             for i in range(len(rows["prompt"]))]
 
 
-def check_context(model, rollout, indices, max_completion_length: int,
-                  num_generations: int) -> None:
-    """Refuse prompts that leave no room for a completion in the model's context."""
-    context = getattr(model.config, "max_position_embeddings", None)
-    if context is None:
-        return
-    prompt_lengths = rollout.prompt_mask.sum(-1)
-    longest = int(prompt_lengths.max())
-    if longest + max_completion_length > context:
-        row = indices[int(prompt_lengths.argmax()) // num_generations]
-        raise ValueError(f"train_dataset row {row}: its prompt takes {longest} tokens, and "
-                         f"with max_completion_length={max_completion_length} that exceeds the "
-                         f"model's context of {context} positions; shorten the prompt or lower "
-                         f"max_completion_length")
-
-
 def nanmean(x: torch.Tensor) -> float:
     """Mean over the non-NaN entries; NaN for an empty tensor."""
     return float(x.nanmean()) if x.numel() else math.nan
@@ -191,5 +177,5 @@ def nanstd(x: torch.Tensor) -> float:
     return float(x.std()) if x.numel() > 1 else 0.0
 
 
-__all__ = ["check_context", "completion_embeddings", "demonstration_texts", "nanmean", "nanstd",
+__all__ = ["completion_embeddings", "demonstration_texts", "nanmean", "nanstd",
            "sampling_metrics", "score_completions"]

@@ -18,6 +18,14 @@ as ``<spec>.csv`` (one ``seed`` column, the runs one after the other)::
 
     python -m labkit.reference_runs data/runs/04_dapo/dapo.json [more specs...]
 
+The CSV is written to a temporary file beside it and renamed over ``<spec>.csv`` only once every
+seed has finished, so the committed log is either the old one or the new one, never a mix. Ctrl-C
+(or SIGTERM) stops the whole command: the seed in progress stops at a safe point, no later seed
+or spec starts, the spec's CSV is left byte for byte as it was, and the command exits with the
+signal's status (130 for SIGINT, 143 for SIGTERM). A spec whose name ends in ``.csv`` is refused
+(its log would overwrite it), and so is a ``<spec>.csv`` that this command did not write (its
+first line is not the ``# command:`` line below).
+
 The CSV's first line is ``# command: ...``, the exact command that regenerates it;
 :func:`labkit.viz.load_run` reads it back with that command in ``df.attrs["command"]``, and the
 plots print it under the figure. The evaluation columns (``eval_*``) are merged into the history
@@ -27,7 +35,14 @@ at the steps where an evaluation ran (step 0 is the model before training).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import signal
+import socket
+import sys
+import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -36,10 +51,13 @@ import pandas as pd
 import torch
 
 from labkit.agents import named_environment
+from labkit.agents.guessing import FAMILY as GUESSING_FAMILY
 from labkit.agents.guessing import guessing_dataset
 from labkit.config import PRESETS, preset
+from labkit.engine.run_control import terminate_as_interrupt
 from labkit.fields import int_at_least
-from labkit.rewards import NAMED_REWARDS, named_reward
+from labkit.rewards import ENVIRONMENT_REWARDS, NAMED_REWARDS, named_reward
+from labkit.rewards.environment import check_environment_rewards
 from labkit.tasks import DIFFICULTIES, FAMILIES, load_split
 from labkit.trainer import train
 
@@ -52,6 +70,8 @@ MAX_SPEC_BYTES = 1 << 20
 MAX_SEED = 2**32 - 1
 #: What ``data`` and ``eval_data`` may select: the task suite's cells.
 _CELLS = {"families": (FAMILIES, str), "difficulties": (DIFFICULTIES, int)}
+#: The first line of every log this command writes, before the spec's path.
+COMMAND_LINE = "# command: python -m labkit.reference_runs "
 
 
 def load_spec(path: str | Path) -> dict:
@@ -64,6 +84,7 @@ def load_spec(path: str | Path) -> dict:
     ``FileNotFoundError``. Nothing in a spec is imported or run.
     """
     path = Path(path)
+    _check_log_path(path)
     spec = _read_json(path)
     if "preset" not in spec:
         raise ValueError(f"{path}: a run spec needs a 'preset' key (e.g. \"grpo\")")
@@ -94,7 +115,7 @@ def load_spec(path: str | Path) -> dict:
         if key in spec:
             _check_cells(spec[key], key, path)
     _check_reward_names(spec.get("reward_funcs"), path)
-    environment_factory(spec, path)
+    _check_environment(spec, path)
     if not isinstance(spec.get("about", ""), str):
         raise ValueError(  # noqa: TRY004 (a value read from a file)
             f"{path}: 'about' must be a string, got {spec['about']!r}")
@@ -105,6 +126,35 @@ def load_spec(path: str | Path) -> dict:
     except (ValueError, TypeError) as err:
         raise ValueError(f"{path}: 'overrides': {err}") from None
     return spec
+
+
+def log_path(path: str | Path) -> Path:
+    """Where the log of the spec at ``path`` goes: ``<spec>.csv``."""
+    return Path(path).with_suffix(".csv")
+
+
+def _check_log_path(path: Path) -> None:
+    """Refuse a spec whose log would overwrite the spec itself or a file this command did not
+    write: the lab overwrites only its own logs."""
+    if path.suffix.lower() == ".csv":
+        raise ValueError(f"{path}: a run spec's log is written to <spec>.csv, so a spec named "
+                         f"{path.suffix} would be overwritten by its own log; name the spec "
+                         f"{path.with_suffix('.json').name}")
+    out = log_path(path)
+    if not (out.exists() or out.is_symlink()):
+        return
+    if out.is_symlink() or not out.is_file():
+        kind = "a symlink" if out.is_symlink() else "a folder" if out.is_dir() else "not a file"
+        raise ValueError(f"{path}: its log would go to {out}, which is {kind}; the lab writes "
+                         f"the log as a plain file there and replaces only a log that "
+                         f"python -m labkit.reference_runs wrote. Move {out.name} away")
+    with out.open("rb") as f:
+        first = f.read(len(COMMAND_LINE.encode()))
+    if first != COMMAND_LINE.encode():
+        raise ValueError(f"{path}: its log would replace {out}, which python -m "
+                         f"labkit.reference_runs did not write (its first line is not "
+                         f"{COMMAND_LINE.strip()!r} + the spec); the lab never overwrites a file "
+                         f"it did not write. Move {out.name} away or rename the spec")
 
 
 def spec_config(spec: dict, seed: int):
@@ -204,6 +254,37 @@ def environment_factory(spec: dict, path):
         raise ValueError(f"{path}: {err}") from None
 
 
+def _check_environment(spec: dict, path: Path) -> None:
+    """The spec's environment exists and can feed its rewards: an environment reward
+    (:data:`labkit.rewards.ENVIRONMENT_REWARDS`) needs an environment that keeps what it reads,
+    else every step would train on nothing (reward and loss NaN). The guessing game brings its
+    own rows, so it takes no ``data`` (which it would replace) and no accuracy reward (which
+    cannot judge a game)."""
+    factory = environment_factory(spec, path)
+    names = spec.get("reward_funcs")
+    if spec.get("environment") == "guessing":
+        given = [repr(key) for key in ("data", "eval_data") if key in spec]
+        if given:
+            raise ValueError(f"{path}: 'environment' 'guessing' brings its own rows (the game's "
+                             f"codes) and would replace the spec's {' and '.join(given)}: remove "
+                             f"{' and '.join(given)}, or choose another environment")
+        if names is None or "accuracy" in names:
+            which = "the default rewards hold" if names is None else "'reward_funcs' names"
+            raise ValueError(f"{path}: 'environment' 'guessing' with the accuracy reward ({which} "
+                             f"it): the game's rows have family {GUESSING_FAMILY!r}, which it "
+                             f"cannot judge (every completion would get None); name the game's "
+                             f"rewards in 'reward_funcs' ('environment' or 'turns')")
+    environment = None if factory is None else factory()
+    where = ("the spec names no 'environment'" if factory is None
+             else f"'environment' is {spec['environment']!r}")
+    for name in names or ():
+        if name in ENVIRONMENT_REWARDS:
+            try:
+                check_environment_rewards([named_reward(name)], environment, where)
+            except ValueError as err:
+                raise ValueError(f"{path}: 'reward_funcs' names {name!r}: {err}") from None
+
+
 def run_history(result) -> pd.DataFrame:
     """The training history with the evaluation columns merged in at their steps.
 
@@ -222,7 +303,11 @@ def run_history(result) -> pd.DataFrame:
 
 
 def run_spec(path: str | Path, *, threads: int | None = None) -> Path:
-    """Train the runs a spec describes (one per seed) and write ``<spec>.csv``; returns its path."""
+    """Train the runs a spec describes (one per seed) and write ``<spec>.csv``; returns its path.
+
+    An interrupted seed (Ctrl-C, SIGTERM) raises KeyboardInterrupt: no later seed runs and
+    ``<spec>.csv`` is left as it was (the log replaces it only once every seed is complete).
+    """
     path = Path(path)
     spec = load_spec(path)
     if threads:
@@ -237,20 +322,68 @@ def run_spec(path: str | Path, *, threads: int | None = None) -> Path:
         eval_data = guessing_dataset(40, seed=1, difficulties=(2, 3))
     histories = []
     start = time.perf_counter()
+    out = log_path(path)
     for seed in spec["seeds"]:
         result = train(spec_config(spec, seed), train_dataset=train_data, eval_dataset=eval_data,
                        reward_funcs=reward_funcs(spec, path), environment_factory=factory)
+        if result.interrupted:
+            raise KeyboardInterrupt(f"{path}: seed {seed} was interrupted at step "
+                                    f"{result.trainer.step}; no later seed ran and {out} was "
+                                    f"left as it was")
         history = run_history(result)
         history.insert(0, "seed", seed)
         histories.append(history)
     minutes = (time.perf_counter() - start) / 60
-    out = path.with_suffix(".csv")
-    with out.open("w", encoding="utf-8") as f:
-        f.write(f"# command: python -m labkit.reference_runs {path.as_posix()}\n")
-        pd.concat(histories, ignore_index=True).to_csv(f, index=False, float_format="%.6g")
+    _write_log(out, path, pd.concat(histories, ignore_index=True))
     print(f"{path}: {len(spec['seeds'])} seed(s) x {len(histories[0]) - 1} steps in "
           f"{minutes:.1f} min -> {out}")
     return out
+
+
+def _write_log(out: Path, path: Path, table: pd.DataFrame) -> None:
+    """Write the log to a temporary file of the lab's own beside ``out``, then rename it over
+    ``out`` (atomic: a reader, or a crash, sees the old log or the new one)."""
+    _check_log_path(path)  # still the lab's, after the training
+    handle, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".labkit-tmp")
+    temporary = Path(name)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as f:
+            f.write(f"{COMMAND_LINE}{path.as_posix()}\n")
+            table.to_csv(f, index=False, float_format="%.6g")
+        os.replace(temporary, out)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def _signals_received():
+    """Within the block, a function that returns the number of the last signal the process
+    received (None if none). Python writes every signal's number to a wakeup socket, whichever
+    handler then runs: the trainer's own handlers turn SIGINT and SIGTERM alike into a
+    KeyboardInterrupt, and the exit status must still tell them apart."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+    receive, send = socket.socketpair()  # a socket: what Windows accepts as a wakeup fd
+    receive.setblocking(False)
+    send.setblocking(False)
+    previous = signal.set_wakeup_fd(send.fileno(), warn_on_full_buffer=False)
+
+    def last() -> int | None:
+        try:
+            data = receive.recv(4096)
+        except OSError:  # nothing received
+            return None
+        stops = [number for number in data if number in (signal.SIGINT, signal.SIGTERM)]
+        return stops[-1] if stops else None
+
+    try:
+        yield last
+    finally:
+        signal.set_wakeup_fd(previous)
+        receive.close()
+        send.close()
 
 
 def main(argv=None):
@@ -261,8 +394,16 @@ def main(argv=None):
     args = ap.parse_args(argv)
     for spec in args.specs:  # every spec is checked before the first one trains
         load_spec(spec)
-    for spec in args.specs:
-        run_spec(spec, threads=args.threads)
+    with _signals_received() as last_signal, terminate_as_interrupt():
+        try:
+            for spec in args.specs:
+                run_spec(spec, threads=args.threads)
+        except KeyboardInterrupt as stop:
+            signum = last_signal() or signal.SIGINT
+            print(f"python -m labkit.reference_runs: stopped by {signal.Signals(signum).name}"
+                  f"{': ' + str(stop) if str(stop) else ''}; the logs of unfinished specs were "
+                  f"left as they were", file=sys.stderr)
+            raise SystemExit(128 + signum) from None
 
 
 def _threads(text: str) -> int:

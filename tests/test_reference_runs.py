@@ -103,3 +103,117 @@ def test_a_spec_cannot_import_or_run_code(tmp_path):
         assert "Beautiful is better than ugly" not in done.stdout + done.stderr
         assert not marker.exists()
 
+
+
+# ---- the committed log is never lost -------------------------------------------------------------
+TINY_OVERRIDES = {"max_steps": 3, "prompts_per_step": 1, "num_generations": 2,
+                  "max_completion_length": 4, "eval_every": 0}
+
+
+def test_a_spec_named_csv_is_refused_before_its_log_overwrites_it(tmp_path):
+    for name in ("run.csv", "run.CSV"):
+        spec = tmp_path / name
+        spec.write_text(json.dumps({"preset": "grpo", "overrides": TINY_OVERRIDES}))
+        before = spec.read_bytes()
+        with pytest.raises(ValueError, match=rf"{name}.*own log.*run\.json"):
+            load_spec(spec)
+        assert spec.read_bytes() == before
+
+
+@pytest.mark.parametrize(("content", "kind"), [
+    (b"name,grade\nada,A\n", "did not write"), (None, "a folder")])
+def test_a_csv_beside_the_spec_that_the_lab_did_not_write_is_refused(tmp_path, content, kind):
+    spec = tmp_path / "grades.json"
+    spec.write_text(json.dumps({"preset": "grpo", "overrides": TINY_OVERRIDES}))
+    out = tmp_path / "grades.csv"
+    if content is None:
+        out.mkdir()
+    else:
+        out.write_bytes(content)
+    with pytest.raises(ValueError, match=f"grades.csv.*{kind}"):
+        load_spec(spec)
+    assert (out.read_bytes() == content) if content is not None else out.is_dir()
+
+
+#: Runs ``python -m labkit.reference_runs`` (through runpy, as ``-m`` does) with two hooks into
+#: the trainer: each seed's start is logged, and the first step of the first seed writes a marker
+#: and then waits, so that the parent's signal lands inside a seed, between two steps (the other
+#: steps do not wait: a command that goes on after the signal finishes quickly).
+DRIVER = """
+import runpy, signal, sys, time
+from pathlib import Path
+
+import labkit.trainer as trainer
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a shell's Ctrl-C, not pytest's
+marker, seeds = Path(sys.argv[1]), Path(sys.argv[2])
+make, step = trainer.Trainer.__init__, trainer.Trainer.training_step
+
+def logged_init(self, *args, **kwargs):
+    with seeds.open("a") as f:
+        f.write("seed started\\n")
+    make(self, *args, **kwargs)
+
+def waiting_step(self):
+    row = step(self)
+    if not marker.exists():
+        marker.write_text("step done")
+        time.sleep(300)
+    return row
+
+trainer.Trainer.__init__, trainer.Trainer.training_step = logged_init, waiting_step
+sys.argv = ["labkit.reference_runs", *sys.argv[3:]]
+runpy.run_module("labkit.reference_runs", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="sends POSIX signals to the command")
+@pytest.mark.skipif(not TINY_MODEL_DIR.exists(), reason="the shipped tiny model is missing")
+@pytest.mark.parametrize(("signum", "status"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_an_interrupt_stops_the_command_and_keeps_the_committed_log(tmp_path, signum, status):
+    """Ctrl-C in the first of two seeds used to start the second seed, overwrite the committed
+    CSV with the cut-short log and exit 0."""
+    import signal
+    import time
+
+    spec = tmp_path / "run.json"
+    spec.write_text(json.dumps({"preset": "grpo", "overrides": TINY_OVERRIDES, "seeds": [0, 1]}))
+    committed = (f"# command: python -m labkit.reference_runs {spec.as_posix()}\n"
+                 f"seed,step,reward\n0,1,0.5\n").encode()
+    (tmp_path / "run.csv").write_bytes(committed)
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    marker, seeds = tmp_path / "stepped", tmp_path / "seeds.txt"
+    command = subprocess.Popen(
+        [sys.executable, str(driver), str(marker), str(seeds), str(spec), "--threads", "1"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not marker.exists() and command.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert marker.exists(), f"the first step never finished: {command.poll()}"
+        command.send_signal(getattr(signal, signum))
+        _, stderr = command.communicate(timeout=120)
+    finally:
+        if command.poll() is None:
+            command.kill()
+            command.communicate()
+    assert command.returncode == status, stderr[-2000:]
+    assert f"stopped by {signum}" in stderr and "seed 0 was interrupted" in stderr
+    assert (tmp_path / "run.csv").read_bytes() == committed
+    assert seeds.read_text() == "seed started\n"  # the second seed never started
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "driver.py", "run.csv", "run.json", "seeds.txt", "stepped"]  # no temporary left
+
+
+@pytest.mark.skipif(not TINY_MODEL_DIR.exists(), reason="the shipped tiny model is missing")
+def test_a_finished_run_replaces_its_own_log(tmp_path):
+    spec = tmp_path / "run.json"
+    spec.write_text(json.dumps({"preset": "grpo", "overrides": {**TINY_OVERRIDES,
+                                                                 "max_steps": 1}}))
+    (tmp_path / "run.csv").write_text(f"# command: python -m labkit.reference_runs "
+                                      f"{spec.as_posix()}\nseed,step\n9,9\n")
+    df = load_run(run_spec(spec, threads=1))
+    assert list(df["seed"]) == [0] and list(df["step"]) == [1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.csv", "run.json"]

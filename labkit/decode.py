@@ -40,24 +40,28 @@ a capture that fails                                   fixed, eager, with a warn
 Randomness. Sampling draws ``multinomial(probs, 1)``, which torch computes as
 ``argmax(probs / q)`` with ``q ~ Exp(1)`` drawn from the generator, one number per vocabulary
 entry of each row it samples. The dynamic loop samples the live rows only, so how many numbers a
-step draws depends on how many rows are still alive. The fixed loop keeps the same semantics in
-two ways (:func:`_noise`):
+step draws depends on how many rows are still alive. The fixed loop keeps these semantics
+(:func:`_noise`):
 
-* ``match_stream=True`` (the CPU): it reads the number of live rows (free on a CPU: there is no
-  device to wait for), draws exactly that many rows of Exp(1) and gives them to the live rows in
+* on the CPU (:func:`draws_live_rows_only`) it reads the number of live rows (free: there is no
+  device to wait for), draws exactly that many rows of Exp(1) and hands them to the live rows in
   order. The CPU generator yields the same numbers for one draw of n as for the first n of a
-  longer draw, so every step sees the dynamic loop's numbers: tokens, log-probs and entropies
-  match it (``tests/test_rollout_fixed.py`` checks it, and that the other mode diverges);
-* ``match_stream=False`` (CUDA): every row draws every step, dead ones included, so no host read
-  is needed. The numbers are then those of another stream (same distribution): a seeded GPU run is
-  reproducible on this loop, not token for token equal to the dynamic loop's, which it could not
-  be anyway (CUDA's generator hands out numbers in blocks that depend on the draw's size).
+  longer draw, so every step sees the dynamic loop's numbers: the same tokens, and the
+  generator ends in the same state (``tests/test_rollout_fixed.py`` checks both, and that
+  drawing for every row would diverge after the first row finishes);
+* elsewhere (CUDA) every row draws every step, finished ones included, so no host read is
+  needed. The numbers then come from another stretch of the stream (same distribution): a
+  seeded GPU run is reproducible on this loop, not token for token equal to the dynamic loop's,
+  which it could not be anyway (CUDA's generator hands out numbers in blocks whose size depends
+  on the draw's).
 
 Floating point: a static cache attends over T positions with the unwritten ones masked, the
-dynamic cache over the written ones only, and a batch with its finished rows kept runs matrix
-products of another height. Both change the summation order, so the log-probs of the two loops
-agree to float rounding (within 1e-5 in float32, measured on the tiny Qwen), not bit for bit; the
-CPU default stays the dynamic loop, whose numbers every notebook's committed outputs come from.
+dynamic cache over the written ones only, and a batch that keeps its finished rows runs matrix
+products of another height. Both change the summation order, so the log-probs and entropies of
+the two loops agree to float rounding, not bit for bit: within 1.2e-5 in float32 over 30 seeded
+rounds of the tiny Qwen (6 seeds x greedy, plain, top-k, top-p and temperatures 0.3-1.3), whose
+tokens were equal in all of them. The CPU default stays the dynamic loop, whose numbers every
+notebook's committed outputs come from.
 """
 
 from __future__ import annotations
@@ -309,6 +313,13 @@ def _workspace(model, rows: int, length: int, graph: bool) -> _Workspace:
     return workspace
 
 
+def draws_live_rows_only(device) -> bool:
+    """Whether the fixed loop draws random numbers for the live rows only, as the dynamic loop
+    does (see the module docstring): on the CPU, where counting the live rows needs no device
+    sync; elsewhere every row draws."""
+    return torch.device(device).type == "cpu"
+
+
 def _noise(probs: torch.Tensor, alive: torch.Tensor, live_rows: int | None, generator):
     """Exp(1) noise for ``argmax(probs / noise)`` (what ``torch.multinomial(probs, 1)`` computes).
     ``live_rows`` given: draw that many rows and hand them to the live rows in order, as the
@@ -343,14 +354,16 @@ def sample_next(logits, *, temperature: float, top_p: float, top_k: int, greedy:
 def decode_fixed(model, prefill_cache, logits, prompt_mask, next_positions, *, repeats: int,
                  max_completion_length: int, temperature: float, top_p: float, top_k: int,
                  greedy: bool, generator, eos_id: int, pad_id: int, cuda_graph: bool,
-                 match_stream: bool, check_every: int = CHECK_EVERY):
+                 check_every: int = CHECK_EVERY):
     """The fixed loop after the prefill. ``prefill_cache`` holds the N prompts' keys and values;
     ``logits`` (B, V), ``prompt_mask`` (B, P) and ``next_positions`` (B,) are already repeated
     ``repeats`` times (B = N x repeats). Returns ``(tokens, logprobs, entropies, finished_at)``
     as the dynamic loop does: (B, L) tokens (pad after the end), their log-probs and entropies
-    (0 after the end), and the step each row finished at (-1: truncated)."""
+    (0 after the end), and the step each row finished at (-1: truncated). ``check_every``: tokens
+    between two reads of the finished rows where the live rows are not counted every step."""
     rows, width = prompt_mask.shape
     device = prompt_mask.device
+    match_stream = draws_live_rows_only(device)
     length = width + max_completion_length
     if cuda_graph:
         length = -(-length // GRAPH_LENGTH_BUCKET) * GRAPH_LENGTH_BUCKET
@@ -406,5 +419,5 @@ def decode_fixed(model, prefill_cache, logits, prompt_mask, next_positions, *, r
 
 
 __all__ = ["CHECK_EVERY", "DECODE_PATHS", "DecodePlan", "DecodeSettings", "current_settings",
-           "decode_fixed", "decode_settings", "plan_decoding", "sample_next",
-           "static_cache_problem"]
+           "decode_fixed", "decode_settings", "draws_live_rows_only", "plan_decoding",
+           "sample_next", "static_cache_problem"]

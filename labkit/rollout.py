@@ -218,7 +218,7 @@ def generate_from_ids(model, tokenizer, prompt_ids: torch.Tensor, prompt_mask: t
         if plan.path == "fixed":
             tokens, logps, entropies, finished_at = decode_fixed(
                 model, cache, logits, prompt_mask, positions[:, -1] + 1, repeats=num_generations,
-                cuda_graph=plan.cuda_graph, match_stream=device.type == "cpu", **sampling)
+                cuda_graph=plan.cuda_graph, **sampling)
         else:
             if num_generations > 1:
                 cache.batch_repeat_interleave(num_generations)

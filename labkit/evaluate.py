@@ -31,7 +31,10 @@ import pandas as pd
 import torch
 
 from labkit.agents.episodes import environments, run_episodes
-from labkit.rewards import accuracy_reward, format_reward, per_completion
+from labkit.engine.data import as_dataset, check_judgeable, check_unique_ids
+from labkit.rewards import RewardFunctionError, accuracy_reward, format_reward, per_completion
+from labkit.rewards.environment import environment_reward
+from labkit.rewards.rule_based import check_rewards
 from labkit.rollout import generate
 
 GROUP_COLUMNS = ("family", "difficulty")
@@ -48,8 +51,17 @@ def sample_answers(model, tokenizer, dataset, *, k: int = 4, temperature: float 
     with an ``environment_factory`` each sample is a multi-turn episode with tools
     (:func:`labkit.agents.episodes.run_episodes`) and ``tool_calls, tool_errors, turns`` are
     added; where the rule verifier cannot judge a row (the guessing game), ``correct`` is the
-    environment's outcome (``get_reward()``).
+    environment's outcome (``get_reward()``, checked by :func:`environment_accuracy`).
+
+    The samples are grouped by ``id`` downstream (the tables, pass@k, rejection sampling), so
+    rows that share one are refused (:func:`labkit.engine.data.check_unique_ids`); without an
+    ``id`` column the rows are numbered. Without an environment, a dataset of which the rule can
+    judge no row is refused too (:func:`labkit.engine.data.check_judgeable`).
     """
+    dataset = as_dataset(dataset, "dataset")
+    check_unique_ids(dataset, "dataset")
+    if environment_factory is None and {"answer", "family"} <= set(dataset.column_names):
+        check_judgeable(dataset, "dataset")
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
     records = []
@@ -69,9 +81,8 @@ def sample_answers(model, tokenizer, dataset, *, k: int = 4, temperature: float 
         prompts, columns = per_completion(rows, k)
         correct = accuracy_reward(prompts, roll.texts, **columns)
         if environment_factory is not None:  # a task no rule can judge: the environment's outcome
-            correct = [c if c is not None or not hasattr(env, "get_reward")
-                       else float(env.get_reward())
-                       for c, env in zip(correct, roll.environments)]
+            outcome = environment_accuracy(prompts, roll.texts, roll.environments)
+            correct = [o if c is None else c for c, o in zip(correct, outcome)]
         formatted = format_reward(prompts, roll.texts, **columns)
         for i, text in enumerate(roll.texts):
             records.append({
@@ -90,6 +101,24 @@ def sample_answers(model, tokenizer, dataset, *, k: int = 4, temperature: float 
                                    tool_errors=int(roll.tool_errors[i]),
                                    turns=int(roll.turns[i]))
     return pd.DataFrame.from_records(records)
+
+
+def environment_accuracy(prompts, completions, environments) -> list[float | None]:
+    """Each episode's outcome as an accuracy: :func:`labkit.rewards.environment.environment_reward`
+    (``get_reward()``) checked as the trainer checks a reward
+    (:func:`labkit.rewards.rule_based.check_rewards`: a finite number, or None for "not judged"),
+    and within [0, 1], since evaluation averages it as the share of episodes solved (a reward of
+    5 or -3 would report an accuracy no model can have). Raises
+    :class:`~labkit.rewards.RewardFunctionError` naming the value."""
+    rewards = environment_reward(prompts, completions, environments=environments)
+    outcome = check_rewards("environment.get_reward", rewards, len(completions))
+    wrong = next((value for value in outcome if not (math.isnan(value) or 0 <= value <= 1)),
+                 None)
+    if wrong is not None:
+        raise RewardFunctionError(f"the environment's get_reward() returned {wrong!r}: evaluation "
+                                  f"reads it as an episode's accuracy, which must lie in [0, 1] "
+                                  f"(1 = solved)")
+    return [None if math.isnan(value) else value for value in outcome]
 
 
 def summarize(samples: pd.DataFrame, by=GROUP_COLUMNS) -> pd.DataFrame:

@@ -52,6 +52,7 @@ import time
 
 import pandas as pd
 
+from labkit.engine.data import as_dataset, check_unique_ids
 from labkit.evaluate import evaluate, sample_answers
 from labkit.sft import fit, length_bucketed_batches, sft_optimizer
 
@@ -91,15 +92,18 @@ def rejection_sample(model, tokenizer, dataset, k: int, *, temperature: float = 
     """
     if k < 1:
         raise ValueError(f"k must be >= 1 (samples per prompt), got {k}")
+    dataset = as_dataset(dataset, "dataset")
     if len(dataset) == 0:
         raise ValueError("dataset is empty: give at least one prompt")
     samples = sample_answers(model, tokenizer, dataset, k=k, temperature=temperature,
                              max_completion_length=max_completion_length, seed=seed,
                              prompts_per_batch=prompts_per_batch)
     kept = dedup_correct(samples)
-    prompt_of = dict(zip(dataset["id"], dataset["prompt"]))
-    examples = [{"prompt": prompt_of[i], "completion": text, "id": i}
-                for i, text in zip(kept["id"], kept["text"])]
+    # sample j of the frame is the (j mod k)-th of row j // k: each completion meets its own
+    # prompt by position, whatever the ids
+    prompts = list(dataset["prompt"])
+    examples = [{"prompt": prompts[int(j) // k], "completion": text, "id": i}
+                for j, i, text in zip(kept.index, kept["id"], kept["text"])]
     correct = int((samples["correct"].fillna(0.0) > 0).sum())
     counts = {"sampled": len(samples), "correct": correct, "distinct": len(examples),
               "prompts_solved": int(kept["id"].nunique()),
@@ -137,6 +141,11 @@ def rft(model, tokenizer, dataset, rounds: int, k: int, *, eval_dataset=None, ev
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     if not lr > 0:
         raise ValueError(f"lr must be > 0, got {lr}")
+    dataset = as_dataset(dataset, "dataset")  # refused before the first evaluation, not after
+    check_unique_ids(dataset, "dataset")
+    if eval_dataset is not None:
+        eval_dataset = as_dataset(eval_dataset, "eval_dataset")
+        check_unique_ids(eval_dataset, "eval_dataset")
 
     def eval_accuracy():
         if eval_dataset is None:

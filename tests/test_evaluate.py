@@ -1,9 +1,14 @@
-"""Evaluation: reproducible with a seed, and its table adds up."""
+"""Evaluation: reproducible with a seed, its table adds up, rows sharing an id are refused, and
+an environment's outcome is checked before it counts as accuracy."""
+
+import math
 
 import pytest
 
-from labkit.evaluate import evaluate, prompt_solve_rates, summarize
+from labkit.agents.guessing import GuessingEnv, guessing_dataset
+from labkit.evaluate import evaluate, prompt_solve_rates, sample_answers, summarize
 from labkit.models import load_policy
+from labkit.rewards import RewardFunctionError
 from labkit.tasks import FAMILIES, load_split
 
 
@@ -72,3 +77,63 @@ def test_summarize_and_solve_rates_by_hand():
     assert table.loc[("all", "all"), "length"] == 25
     rates = prompt_solve_rates(samples)
     assert rates["a"] == 1.0 and rates["b"] == 0.5
+
+
+# ---- what evaluation groups by, and what it reads as accuracy ---------------------------------
+def with_column(dataset, name, values):
+    return dataset.remove_columns(name).add_column(name, list(values))
+
+
+def test_rows_that_share_an_id_are_refused_by_name(policy, small_eval):
+    """Two questions under one id were merged into one prompt of the table (2k samples, one
+    accuracy): refused, naming the id, before anything is sampled."""
+    model, tok = policy
+    data = with_column(small_eval.select(range(4)), "id", ["q", "other", "q", "last"])
+    assert data[0]["prompt"] != data[2]["prompt"]
+    for call in (evaluate, sample_answers):
+        with pytest.raises(ValueError, match=r"share an id \('q'\)"):
+            call(model, tok, data, k=1, max_completion_length=8)
+    table = evaluate(model, tok, data.remove_columns("id"), k=1, max_completion_length=8)
+    assert table[table.family == "all"].prompts.iloc[0] == 4  # without ids, rows are numbered
+
+
+def test_a_dataset_the_rule_cannot_judge_is_refused(policy, small_eval):
+    model, tok = policy
+    data = with_column(small_eval.select(range(4)), "family", ["Add"] * 4)
+    with pytest.raises(ValueError, match=r"column 'family' holds 'Add'.*'add'"):
+        evaluate(model, tok, data, k=1, max_completion_length=8)
+
+
+@pytest.fixture(scope="module")
+def tools():
+    return load_policy("tiny-tools", device="cpu")
+
+
+def game_accuracy(tools, value):
+    """Eval accuracy of two guessing-game episodes whose environment's get_reward() is
+    ``value`` (the rule cannot judge the game: the environment's outcome is the accuracy)."""
+    class Env(GuessingEnv):
+        def get_reward(self):
+            return value
+
+    model, tok = tools
+    table = evaluate(model, tok, guessing_dataset(2, seed=1), k=1, max_completion_length=16,
+                     max_tool_calling_iterations=1, environment_factory=Env)
+    return float(table[table.family == "all"].accuracy.iloc[0])
+
+
+@pytest.mark.parametrize("value, message", [
+    (5.0, r"returned 5.0: .*\[0, 1\]"), (-3.0, r"returned -3.0: .*\[0, 1\]"),
+    (math.inf, "returned inf; rewards must be finite"), (math.nan, "returned nan"),
+    ("0.5", r"returned '0.5' \(str\); rewards must be numbers"),
+])
+def test_get_reward_is_checked_as_an_accuracy(tools, value, message):
+    """All of these became eval_accuracy unchecked."""
+    with pytest.raises(RewardFunctionError, match=message):
+        game_accuracy(tools, value)
+
+
+def test_get_reward_within_zero_and_one_is_the_accuracy(tools):
+    assert game_accuracy(tools, 0.25) == 0.25
+    assert game_accuracy(tools, True) == 1.0
+    assert math.isnan(game_accuracy(tools, None))  # not judged: NaN, never a fake 0

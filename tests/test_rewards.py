@@ -1,11 +1,18 @@
-"""Tests for labkit.rewards: answer extraction, format and accuracy rewards, weighted combination."""
+"""Tests for labkit.rewards: answer extraction, format and accuracy rewards, weighted combination,
+and rewards that would judge nothing (data the accuracy reward cannot judge, environment rewards
+without an environment), refused where the data or the spec enters."""
 
 import functools
+import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 
+from labkit.agents.guessing import GuessingEnv, guessing_dataset
+from labkit.config import preset
+from labkit.reference_runs import load_spec
 from labkit.rewards import (
     RewardFunctionError,
     accuracy_reward,
@@ -14,7 +21,9 @@ from labkit.rewards import (
     format_reward,
     per_completion,
 )
+from labkit.rewards.rule_based import can_judge
 from labkit.tasks import FAMILIES, generate_problems, solution_text, to_row
+from labkit.trainer import Trainer
 
 PROBLEMS = generate_problems(20, seed=7)  # one per family x difficulty
 ROWS = [to_row(p) for p in PROBLEMS]
@@ -205,3 +214,112 @@ def test_format_reward_judges_the_answering_turn_of_an_episode_passed_as_one_mes
                '<think>it said 5</think><answer>5</answer>')
     assert format_reward(None, [episode]) == [1.0]
     assert format_reward(None, [[{"role": "assistant", "content": episode}]]) == [1.0]
+
+
+# ---- rewards that judge nothing ----------------------------------------------------------------
+RUNS = Path(__file__).resolve().parent.parent / "data" / "runs"
+
+
+def test_can_judge_is_what_accuracy_reward_returns_none_for():
+    assert can_judge("add", "3") and can_judge("gsm8k", "1,200")
+    assert not can_judge("Add", "3") and not can_judge("add", None) and not can_judge(None, "3")
+
+
+def trainer_on(random_tiny, data, **kwargs):
+    model, tokenizer, _ = random_tiny
+    config = preset("grpo", max_steps=1, prompts_per_step=2, num_generations=2,
+                    max_completion_length=4, progress=False)
+    return Trainer(config, model=model, tokenizer=tokenizer, train_dataset=data, **kwargs)
+
+
+def with_column(data, name, values):
+    return data.remove_columns(name).add_column(name, list(values))
+
+
+@pytest.mark.parametrize("column, values, message", [
+    ("family", ["Add"] * 8, (r"column 'family' holds 'Add', not a family the checker knows "
+                             r"\('add', 'sub'")),
+    ("family", ["Add", "SUB"] * 4, r"column 'family' holds 'Add', 'SUB', not"),
+    ("answer", [None] * 8, r"column 'answer' is None in the 8 row\(s\) of a known family"),
+])
+def test_training_data_the_accuracy_reward_cannot_judge_is_refused(random_tiny, column, values,
+                                                                   message):
+    """The accuracy reward returned None for every row, its accuracy was NaN everywhere and the
+    run trained on the format reward alone, without a word."""
+    data = with_column(random_tiny[2].select(range(8)), column, values)
+    with pytest.raises(ValueError, match=rf"^train_dataset: the accuracy reward can judge none of "
+                                         rf"its 8 rows: {message}"):
+        trainer_on(random_tiny, data)
+
+
+def test_data_the_accuracy_reward_judges_in_part_or_does_not_use_is_accepted(random_tiny):
+    from labkit.rewards.environment import environment_reward
+
+    data = with_column(random_tiny[2].select(range(8)), "family", ["Add"] + ["add"] * 7)
+    assert len(trainer_on(random_tiny, data).train_dataset) == 8  # None where it cannot judge
+    game = guessing_dataset(4, seed=0)
+    with pytest.raises(ValueError, match="holds 'guess'"):  # the default rewards on the game
+        trainer_on(random_tiny, game, environment_factory=GuessingEnv)
+    # the game judged by its environment, in training and in evaluation
+    trainer = trainer_on(random_tiny, game, eval_dataset=guessing_dataset(2, seed=1),
+                         reward_funcs=[environment_reward], environment_factory=GuessingEnv)
+    assert len(trainer.eval_dataset) == 2
+
+
+def test_environment_rewards_without_an_environment_are_refused(random_tiny):
+    from labkit.rewards.environment import environment_reward, turn_reward
+
+    for fn, reads in ((environment_reward, "get_reward"), (turn_reward, "turn_rewards")):
+        with pytest.raises(ValueError, match=rf"'{fn.__name__}' reads each episode's "
+                                             rf"environment.{reads}, and there is no "
+                                             rf"environment \(environment_factory is None\)"):
+            trainer_on(random_tiny, random_tiny[2], reward_funcs=[format_reward, fn])
+
+
+def test_an_environment_reward_is_checked_like_any_reward():
+    """environment_reward turned get_reward() into float(): the text "0.5" trained as 0.5."""
+    from labkit.rewards.environment import environment_reward
+
+    class Env(GuessingEnv):
+        def get_reward(self):
+            return "0.5"
+
+    with pytest.raises(RewardFunctionError, match=r"'environment_reward' returned '0.5' \(str\)"):
+        combine_rewards_by_weight([environment_reward], None, ["p"], ["c"],
+                                  environments=[Env()])
+
+
+def write_spec(tmp_path, **spec):
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps({"preset": "grpo", **spec}), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"reward_funcs": ["environment"]},
+     (r"'reward_funcs' names 'environment': .*environment.get_reward, and there is no "
+      r"environment \(the spec names no 'environment'\)")),
+    ({"reward_funcs": ["format", "turns"], "environment": "calculator"},
+     (r"'reward_funcs' names 'turns': .*CalculatorEnv has no turn_rewards \('environment' is "
+      r"'calculator'\)")),
+    ({"reward_funcs": ["environment"], "environment": "no_tools"},
+     r"NoTools has no get_reward \('environment' is 'no_tools'\)"),
+    ({"reward_funcs": ["environment"], "environment": "guessing", "data": {"families": ["add"]}},
+     r"'environment' 'guessing' brings its own rows .* would replace the spec's 'data'"),
+    ({"reward_funcs": ["turns"], "environment": "guessing", "eval_data": {}},
+     r"would replace the spec's 'eval_data'"),
+    ({"environment": "guessing"},
+     r"'guessing' with the accuracy reward \(the default rewards hold it\): .* family 'guess'"),
+])
+def test_a_spec_whose_rewards_judge_nothing_is_refused_when_read(tmp_path, spec, message):
+    """Such a spec ran steps that did nothing (reward and loss NaN, grad_norm 0), or trained the
+    game on other rows than its 'data' said, without a word."""
+    with pytest.raises(ValueError, match=message):
+        load_spec(write_spec(tmp_path, **spec))
+
+
+def test_the_shipped_specs_and_the_game_with_its_rewards_load(tmp_path):
+    for spec in sorted(RUNS.glob("*/*.json")):
+        load_spec(spec)
+    assert load_spec(write_spec(tmp_path, environment="guessing",
+                                reward_funcs=["format", "turns"]))["environment"] == "guessing"

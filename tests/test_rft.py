@@ -83,3 +83,35 @@ def test_two_rounds_of_rft_raise_eval_accuracy():
     assert (history["distinct"].iloc[1:] <= history["correct"].iloc[1:]).all()
     before, after = history["eval_accuracy"].iloc[0], history["eval_accuracy"].iloc[-1]
     assert after - before >= 0.15, history
+
+
+def test_rows_that_share_an_id_are_refused_before_anything_runs(random_tiny):
+    """rejection_sample paired completions with prompts through dict(zip(ids, prompts)): two rows
+    under one id both got the second row's prompt, so a completion that solved the first question
+    became an SFT example answering the second."""
+    model, tokenizer, data = random_tiny
+    shared = data.select(range(4)).remove_columns("id").add_column("id", ["q", "b", "q", "d"])
+    assert shared[0]["prompt"] != shared[2]["prompt"]
+    with pytest.raises(ValueError, match=r"dataset has rows that share an id \('q'\)"):
+        rejection_sample(model, tokenizer, shared, k=1, max_completion_length=4)
+    with pytest.raises(ValueError, match=r"^eval_dataset has rows that share an id \('q'\)"):
+        rft(model, tokenizer, data.select(range(4)), rounds=1, k=1, eval_dataset=shared)
+
+
+@pytest.mark.skipif(not TINY_MODEL_DIR.exists(), reason="the shipped tiny model is missing")
+def test_without_ids_each_completion_keeps_its_own_prompt(shipped_tiny):
+    """Keyed by row: a dataset without an id column (a KeyError before) pairs each kept
+    completion with the prompt it was sampled for."""
+    torch.set_num_threads(1)
+    model, tokenizer = shipped_tiny
+    data = medium_cells("train").select(range(16)).remove_columns("id")
+    examples, counts = rejection_sample(model, tokenizer, data, k=4, seed=0,
+                                        max_completion_length=48)
+    assert counts["distinct"] == len(examples) > 0
+    row_of = {str(row["prompt"]): row for row in data}
+    for ex in examples:
+        row = row_of[str(ex["prompt"])]
+        assert data[ex["id"]]["prompt"] == ex["prompt"]  # the id is the row's number
+        assert accuracy_reward([ex["prompt"]], [ex["completion"]], answer=[row["answer"]],
+                               family=[row["family"]], numbers=[row["numbers"]],
+                               target=[row["target"]]) == [1.0]

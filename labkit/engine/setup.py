@@ -10,7 +10,7 @@ import math
 import torch
 
 from labkit.compat import enable_activation_checkpointing
-from labkit.engine.data import as_dataset, check_prompt_dataset
+from labkit.engine.data import as_dataset, check_prompt_dataset, check_unique_ids
 from labkit.models import load_policy
 from labkit.rewards import accuracy_reward, format_reward, reward_function_names
 from labkit.tasks import load_split
@@ -48,9 +48,12 @@ def prepare_reward_funcs(config, reward_funcs=None) -> tuple[list, list[str]]:
     return funcs, names
 
 
-def prepare_datasets(config, train_dataset=None, eval_dataset=None, needs_answers=True):
+def prepare_datasets(config, train_dataset=None, eval_dataset=None, needs_answers=True,
+                     episodes=False):
     """``(train, eval)``: the given datasets (checked), or the task suite's splits; ``eval`` is
-    None when none is given and the config never evaluates."""
+    None when none is given and the config never evaluates. ``needs_answers``: the accuracy
+    reward trains; ``episodes``: evaluation runs episodes, whose environment may judge the rows
+    the rule cannot (``get_reward()``), so the eval rows need no answer the rule can check."""
     train = (load_split("train") if train_dataset is None
              else as_dataset(train_dataset, "train_dataset"))
     check_prompt_dataset(train, "train_dataset", needs_answers=needs_answers)
@@ -58,7 +61,8 @@ def prepare_datasets(config, train_dataset=None, eval_dataset=None, needs_answer
         eval_dataset = load_split("eval")
     if eval_dataset is not None:
         eval_dataset = as_dataset(eval_dataset, "eval_dataset")
-        check_prompt_dataset(eval_dataset, "eval_dataset", needs_answers=True)
+        check_prompt_dataset(eval_dataset, "eval_dataset", needs_answers=not episodes)
+        check_unique_ids(eval_dataset, "eval_dataset")  # evaluation groups by id
         if config.eval_max_prompts is not None:
             eval_dataset = eval_dataset.select(
                 range(min(config.eval_max_prompts, len(eval_dataset))))

@@ -44,6 +44,10 @@ NAMED_REWARDS = {
     "turns": "labkit.rewards.environment.turn_reward (the sum of an episode's per-turn rewards)",
 }
 
+#: The named rewards that read an episode's environment (what each reads:
+#: :data:`labkit.rewards.environment.READS`); a spec naming one needs an environment that keeps it.
+ENVIRONMENT_REWARDS = ("environment", "turns")
+
 
 def named_reward(name):
     """The reward function a data file calls ``name`` (a key of :data:`NAMED_REWARDS`).
@@ -69,6 +73,6 @@ def named_reward(name):
             "turns": environment.turn_reward}[name]
 
 
-__all__ = ["NAMED_REWARDS", "RewardFunctionError", "accuracy_reward", "combine_rewards_by_weight",
+__all__ = ["ENVIRONMENT_REWARDS", "NAMED_REWARDS", "RewardFunctionError", "accuracy_reward", "combine_rewards_by_weight",
            "completion_content", "extract_answer", "format_reward", "named_reward",
            "per_completion", "reward_function_names"]

@@ -12,13 +12,14 @@ arXiv 2504.20073, section 3, against the sparse outcome).
 from __future__ import annotations
 
 
-def environment_reward(prompts, completions, environments=None, **columns) -> list[float | None]:
-    """Each episode's outcome, ``environment.get_reward()``; None where there is no environment
-    or it keeps no reward."""
+def environment_reward(prompts, completions, environments=None, **columns) -> list:
+    """Each episode's outcome, ``environment.get_reward()`` as the environment returns it (the
+    trainer's check, :func:`labkit.rewards.rule_based.check_rewards`, refuses a value that is not
+    a finite number: ``float()`` here would have read the text ``"0.5"`` as a reward); None where
+    there is no environment or it keeps no reward."""
     if environments is None:
         return [None] * len(completions)
-    return [float(env.get_reward()) if hasattr(env, "get_reward") else None
-            for env in environments]
+    return [env.get_reward() if hasattr(env, "get_reward") else None for env in environments]
 
 
 def turn_reward(prompts, completions, environments=None, **columns) -> list[float | None]:
@@ -28,3 +29,25 @@ def turn_reward(prompts, completions, environments=None, **columns) -> list[floa
         return [None] * len(completions)
     return [float(sum(env.turn_rewards)) if hasattr(env, "turn_rewards") else None
             for env in environments]
+
+
+#: What each environment reward reads from an episode's environment.
+READS = {environment_reward: "get_reward", turn_reward: "turn_rewards"}
+
+
+def check_environment_rewards(funcs, environment, where: str) -> None:
+    """Refuse an environment reward (:data:`READS`) in ``funcs`` that would return None for every
+    completion: there is no environment (``environment`` None), or it lacks what the reward
+    reads. Such a run has no reward at all, or only the other functions', and nothing says so.
+    ``environment`` is one instance of the run's environment; ``where`` names it (or says how to
+    give one) in the message."""
+    for fn in funcs:
+        attribute = next((a for reader, a in READS.items() if fn is reader), None)
+        if attribute is None or (environment is not None and hasattr(environment, attribute)):
+            continue
+        problem = ("there is no environment" if environment is None
+                   else f"{type(environment).__name__} has no {attribute}")
+        raise ValueError(f"reward function {fn.__name__!r} reads each episode's "
+                         f"environment.{attribute}, and {problem} ({where}): it would return "
+                         f"None for every completion. Give it an environment that keeps "
+                         f"{attribute} (the guessing game does), or another reward")

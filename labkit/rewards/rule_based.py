@@ -100,17 +100,23 @@ def _column(columns: dict, name: str, i: int):
     return values[i]
 
 
+def can_judge(family, answer) -> bool:
+    """Whether :func:`accuracy_reward` can judge a row: its family is one the checker knows
+    (:data:`labkit.tasks.CHECKABLE_FAMILIES`) and it has an answer."""
+    return family in CHECKABLE_FAMILIES and answer is not None
+
+
 def accuracy_reward(prompts, completions, **columns) -> list[float | None]:
     """1.0 when the last answer passes :func:`labkit.tasks.check_answer`, else 0.0.
 
     Needs the ``answer`` and ``family`` columns (countdown also uses ``numbers`` and ``target``
     when present). A completion without an answer pair scores 0.0. Rows with a missing answer or
-    a family the checker does not know get None.
+    a family the checker does not know get None (:func:`can_judge`).
     """
     rewards = []
     for i, completion in enumerate(completion_list(completions)):
         family, answer = _column(columns, "family", i), _column(columns, "answer", i)
-        if family not in CHECKABLE_FAMILIES or answer is None:
+        if not can_judge(family, answer):
             rewards.append(None)
             continue
         row = {"answer": answer, "numbers": _column(columns, "numbers", i),

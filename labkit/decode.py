@@ -291,6 +291,9 @@ class _Workspace:
 
 
 _WORKSPACES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: Models whose decode step failed to capture, and why (they decode with eager steps, without
+#: trying again at every call).
+_CAPTURE_FAILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _workspace(model, rows: int, length: int, graph: bool) -> _Workspace:
@@ -365,6 +368,7 @@ def decode_fixed(model, prefill_cache, logits, prompt_mask, next_positions, *, r
     device = prompt_mask.device
     match_stream = draws_live_rows_only(device)
     length = width + max_completion_length
+    cuda_graph = cuda_graph and model not in _CAPTURE_FAILED
     if cuda_graph:
         length = -(-length // GRAPH_LENGTH_BUCKET) * GRAPH_LENGTH_BUCKET
     workspace = _workspace(model, rows, length, cuda_graph)
@@ -372,11 +376,13 @@ def decode_fixed(model, prefill_cache, logits, prompt_mask, next_positions, *, r
         workspace.load(prefill_cache, repeats, prompt_mask, next_positions)
         try:
             workspace.capture()
-        except RuntimeError as error:  # a forward that syncs or allocates outside the pool
-            warnings.warn(f"the decode step could not be captured as a CUDA graph ({error}); "
-                          f"decoding with eager steps. Set cuda_graphs=False to skip the "
-                          f"attempt.", stacklevel=3)
-            _WORKSPACES.get(model, {}).clear()
+        except RuntimeError as error:  # e.g. a forward that reads a value back to the host
+            _CAPTURE_FAILED[model] = str(error)
+            _WORKSPACES.pop(model, None)
+            warnings.warn(f"sampler: the decode step of {type(model).__name__} could not be "
+                          f"captured as a CUDA graph ({error}); it decodes with eager steps "
+                          f"from now on. Set cuda_graphs=False to skip the attempt.",
+                          stacklevel=3)
             workspace = _workspace(model, rows, length, False)
     workspace.load(prefill_cache, repeats, prompt_mask, next_positions)
     workspace.logits.copy_(logits)

@@ -8,6 +8,7 @@ height, which sum in another order (measured: at most 1.1e-5 on these cases).
 """
 
 import copy
+import warnings
 from contextlib import nullcontext
 
 import pytest
@@ -289,3 +290,75 @@ def test_lora_adapters_are_not_captured(cuda_tiny):
     plan = plan_decoding(lora)
     assert (plan.path, plan.cuda_graph) == ("fixed", False) and "peft (LoRA)" in plan.reason
 
+
+
+class StepReplay:
+    """Stands in for a CUDA graph on the CPU: replays the workspace's eager step."""
+
+    def __init__(self, workspace):
+        self.workspace = workspace
+
+    def replay(self):
+        self.workspace.step()
+
+
+def capture_on_the_cpu(workspace):
+    for _ in range(2):  # the warm-up's writes, which the next load must undo
+        workspace.step()
+    workspace.graph = StepReplay(workspace)
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """The CUDA-graph branch of the fixed loop on the CPU: plan says graph, capture replays."""
+    from labkit import rollout
+    from labkit.decode import DecodePlan
+
+    monkeypatch.setattr(rollout, "plan_decoding",
+                        lambda model, path, graphs: DecodePlan("fixed", True, "test"))
+    monkeypatch.setattr(decode._Workspace, "capture", capture_on_the_cpu)
+
+
+def test_a_captured_workspace_is_reloaded_for_every_call(shipped_tiny, captured):
+    """Calls of one batch size share one captured step (its cache length rounded up to
+    GRAPH_LENGTH_BUCKET); each call reloads the prompt, the mask and the counters, whatever the
+    warm-up or the previous call, with longer prompts, left in the buffers."""
+    model, tokenizer = shipped_tiny
+    model = copy.deepcopy(model)
+    rows = load_split("train").select(range(40))
+    groups = [rows.select(range(i, i + 4))["prompt"] for i in (0, 4, 8)]
+    longest = max(range(40), key=lambda i: len(str(rows[i]["prompt"])))
+    groups.append(rows.select([longest, 1, 2, 3])["prompt"])
+    for prompts in groups:
+        (dynamic, fixed), _ = both_loops(
+            lambda prompts=prompts, **kw: generate(model, tokenizer, prompts, num_generations=4,
+                                                   max_completion_length=40, top_p=0.9, **kw))
+        assert_same_rollout(dynamic, fixed)
+    assert len(decode._WORKSPACES[model]) == 1
+    with torch.no_grad():  # weights updated in place (an optimizer step): the same workspace
+        for p in model.parameters():
+            p.mul_(0.98)
+    (dynamic, fixed), _ = both_loops(lambda **kw: generate(
+        model, tokenizer, groups[0], num_generations=4, max_completion_length=40, **kw))
+    assert_same_rollout(dynamic, fixed)
+    assert len(decode._WORKSPACES[model]) == 1
+
+
+def test_a_capture_that_fails_warns_once_and_decodes_eagerly(shipped_tiny, captured,
+                                                             monkeypatch):
+    model, tokenizer = shipped_tiny
+    model = copy.deepcopy(model)
+
+    def fails(workspace):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(decode._Workspace, "capture", fails)
+    prompts = load_split("train").select(range(4))["prompt"]
+    with pytest.warns(UserWarning, match="could not be captured as a CUDA graph .*operation "
+                                         "not permitted.*cuda_graphs=False"):
+        (dynamic, fixed), _ = both_loops(lambda **kw: generate(
+            model, tokenizer, prompts, num_generations=4, max_completion_length=32, **kw))
+    assert_same_rollout(dynamic, fixed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        generate(model, tokenizer, prompts, num_generations=4, max_completion_length=32)

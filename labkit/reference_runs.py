@@ -13,8 +13,12 @@ the eval split (default: the whole suite); ``eval_data`` (optional) evaluates on
 instead, e.g. the easy cells a run on the medium ones may forget (``{}`` = the whole eval split);
 ``reward_funcs`` (optional) lists the reward functions to train on by their keys in
 :data:`labkit.rewards.NAMED_REWARDS` (never by import path: a spec is data and must not choose
-what code runs). This command trains it and writes the history next to the spec,
-as ``<spec>.csv`` (one ``seed`` column, the runs one after the other)::
+what code runs); ``environment`` (optional) runs episodes with one of
+:data:`labkit.agents.NAMED_ENVIRONMENTS`. A spec whose rewards would judge nothing is refused when
+it is read: an environment reward (``"environment"``, ``"turns"``) without an environment that
+keeps what it reads, and the guessing game (which brings its own rows) with ``data``,
+``eval_data`` or the accuracy reward. This command trains it and writes the history next to the
+spec, as ``<spec>.csv`` (one ``seed`` column, the runs one after the other)::
 
     python -m labkit.reference_runs data/runs/04_dapo/dapo.json [more specs...]
 

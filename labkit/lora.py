@@ -16,6 +16,10 @@ The lab's conventions, TRL's names (``trl.ModelConfig`` and ``trl.get_peft_confi
 ``lora_target_modules``     module names (``("q_proj", "v_proj")``), ``"all-linear"`` (every
                             linear layer but the output head), or None = peft's default for the
                             architecture (q_proj and v_proj for Qwen), as in TRL
+``use_rslora``              scale by alpha / sqrt(r) instead (rsLoRA, arXiv 2312.03732, section
+                            3: with alpha / r the update of a high rank vanishes)
+``use_dora``                DoRA (arXiv 2402.09353, eq. 5): the weight's magnitude trains as its
+                            own vector and LoRA adapts its direction only
 ==========================  ===================================================================
 
 Two consequences the trainer relies on:
@@ -57,7 +61,8 @@ def lora_config(config):
     targets = config.lora_target_modules
     return LoraConfig(task_type="CAUSAL_LM", r=config.lora_r, lora_alpha=config.lora_alpha,
                       lora_dropout=config.lora_dropout, bias="none",
-                      target_modules=list(targets) if isinstance(targets, tuple) else targets)
+                      target_modules=list(targets) if isinstance(targets, tuple) else targets,
+                      use_rslora=config.use_rslora, use_dora=config.use_dora)
 
 
 def wrap_with_lora(model, config):

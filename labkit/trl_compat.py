@@ -23,19 +23,36 @@ defaults apply to what the script leaves out, ``loss_type="dapo"`` and ``learnin
 included), and a setting the lab does not have is refused by name.
 
 What is the same: the algorithm each setting names, the reward functions (called with keywords,
-as TRL calls them), the dataset's ``prompt`` column and the extra columns passed to the rewards.
-What is not: the lab samples with its own KV-cached loop (same distribution, other random
-streams), so the two runs do not produce the same numbers; the lab evaluates nothing unless asked;
-``train()`` returns TRL's ``TrainOutput`` fields (``global_step`` counts optimizer steps, as TRL's).
+as TRL calls them), the dataset's ``prompt`` column and the extra columns passed to the rewards,
+a peft ``LoraConfig`` (:data:`PEFT_FIELDS`), ``environment_factory`` (episodes with tools; an
+environment's own ``get_reward`` joins the rewards as TRL adds it) and
+``train(resume_from_checkpoint=...)``. What is not: the lab samples with its own KV-cached loop
+(same distribution, other random streams), so the two runs do not produce the same numbers; the
+lab evaluates nothing unless asked; ``train()`` returns TRL's ``TrainOutput`` fields
+(``global_step`` counts optimizer steps, as TRL's).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 from collections import namedtuple
 from pathlib import Path
 
 from labkit.trl_bridge import TRL_DEFAULTS, from_grpo_config
+
+#: peft ``LoraConfig`` field -> the lab's LoRA setting (:mod:`labkit.lora`) it becomes; TRL's
+#: ``get_peft_config`` builds a LoraConfig from the same settings of its ``ModelConfig``.
+PEFT_FIELDS = {"r": "lora_r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout",
+               "target_modules": "lora_target_modules", "use_rslora": "use_rslora",
+               "use_dora": "use_dora"}
+#: LoraConfig fields the lab's LoRA has one value of (:func:`labkit.lora.lora_config`), and
+#: those that only record where the adapter came from; every other field must keep peft's
+#: default, or the peft_config is refused naming it (the lab would train something else).
+PEFT_FIXED = {"task_type": ("CAUSAL_LM", None), "bias": ("none",), "inference_mode": (False,)}
+PEFT_RECORDS = ("peft_type", "auto_mapping", "peft_version", "base_model_name_or_path",
+                "revision")
 
 #: What :meth:`GRPOTrainer.train` returns: TRL's (transformers') ``TrainOutput`` fields.
 TrainOutput = namedtuple("TrainOutput", ["global_step", "training_loss", "metrics"])
@@ -78,14 +95,19 @@ class GRPOTrainer:
     works too) or a loaded causal LM, with ``processing_class`` its tokenizer. ``reward_funcs``:
     one callable or a list, TRL's signature; a reward *model* given by name is refused (the lab
     has no reward-model loader; wrap it in a function). ``peft_config``: a peft ``LoraConfig``,
-    whose rank, alpha, dropout and target modules become the lab's LoRA fields. Anything else
-    TRL accepts and the lab lacks is refused by name.
+    read by :func:`lora_settings`. ``environment_factory``: TRL's, handed to the lab's trainer
+    (:mod:`labkit.agents.episodes`); as in TRL, when its environment has a ``get_reward`` method
+    that reward (:func:`labkit.rewards.environment.environment_reward`) is added to
+    ``reward_funcs`` with weight 1, and ``reward_funcs`` may then be left out. Anything else TRL
+    accepts and the lab lacks is refused by name.
     """
 
     def __init__(self, model, reward_funcs=None, args: GRPOConfig | None = None,
                  train_dataset=None, eval_dataset=None, processing_class=None, callbacks=None,
-                 peft_config=None, **others):
+                 peft_config=None, environment_factory=None, **others):
+        from labkit.agents.episodes import environment_probe
         from labkit.models import load_policy
+        from labkit.rewards.environment import environment_reward
         from labkit.trainer import Trainer
 
         if others:
@@ -94,7 +116,10 @@ class GRPOTrainer:
         if train_dataset is None:
             raise ValueError("train_dataset is required (a datasets.Dataset with a 'prompt' "
                              "column)")
-        funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+        probe = None if environment_factory is None else environment_probe(environment_factory)
+        environment_rewards = callable(getattr(type(probe), "get_reward", None))
+        funcs = (list(reward_funcs) if isinstance(reward_funcs, (list, tuple))
+                 else [] if reward_funcs is None and environment_rewards else [reward_funcs])
         for fn in funcs:
             if not callable(fn):
                 raise TypeError(f"reward_funcs must be callables fn(completions, **kwargs) "
@@ -103,19 +128,12 @@ class GRPOTrainer:
         settings = dict((args or GRPOConfig(output_dir="trainer_output")).settings)
         config = from_grpo_config(settings, dataset_size=len(train_dataset))
         overrides = {"eval_every": 0}
+        if environment_rewards:  # TRL appends the environment's reward with weight 1
+            funcs.append(environment_reward)
+            if config.reward_weights is not None:
+                overrides["reward_weights"] = (*config.reward_weights, 1.0)
         if peft_config is not None:
-            missing = [k for k in ("r", "lora_alpha", "lora_dropout")
-                       if not hasattr(peft_config, k)]
-            if missing:
-                raise TypeError(f"peft_config must be a peft.LoraConfig (rank, alpha, dropout and "
-                                f"target modules become the lab's LoRA fields), got "
-                                f"{type(peft_config).__name__} {peft_config!r}")
-            targets = getattr(peft_config, "target_modules", None)
-            overrides.update(use_peft=True, lora_r=peft_config.r,
-                             lora_alpha=peft_config.lora_alpha,
-                             lora_dropout=peft_config.lora_dropout,
-                             lora_target_modules=(tuple(targets) if isinstance(targets, (set, list))
-                                                  else targets))
+            overrides.update(use_peft=True, **lora_settings(peft_config))
         for name, value in overrides.items():
             setattr(config, name, value)
         if isinstance(model, (str, Path)):
@@ -127,7 +145,8 @@ class GRPOTrainer:
         self.args, self.config = args, config
         self.trainer = Trainer(config, model=model, tokenizer=processing_class,
                                train_dataset=train_dataset, eval_dataset=eval_dataset,
-                               reward_funcs=funcs, callbacks=list(callbacks or ()))
+                               reward_funcs=funcs, callbacks=list(callbacks or ()),
+                               environment_factory=environment_factory)
         self.model, self.processing_class = self.trainer.model, self.trainer.tokenizer
         self.state = TrainerState()
 
@@ -138,8 +157,11 @@ class GRPOTrainer:
 
     def train(self, resume_from_checkpoint=None) -> TrainOutput:
         """Train to ``max_steps``; returns TRL's ``TrainOutput`` (``global_step`` in optimizer
-        steps, ``training_loss`` the mean logged loss)."""
-        result = self.trainer.train(resume_from=resume_from_checkpoint)
+        steps, ``training_loss`` the mean logged loss). ``resume_from_checkpoint`` as TRL
+        (transformers' ``Trainer.train``) reads it: a checkpoint folder, True for the latest
+        ``checkpoint-<step>`` folder in ``output_dir`` (refused when there is none), False or
+        None to start afresh."""
+        result = self.trainer.train(resume_from=self._checkpoint(resume_from_checkpoint))
         cfg = self.config
         rows = result.history.to_dict("records")
         self.state.log_history = rows
@@ -149,6 +171,26 @@ class GRPOTrainer:
         metrics = {"train_steps": self.trainer.step, "interrupted": result.interrupted}
         return TrainOutput(self.state.global_step, sum(losses) / max(len(losses), 1), metrics)
 
+    def _checkpoint(self, resume):
+        """The checkpoint folder ``train(resume_from_checkpoint=resume)`` resumes, or None."""
+        if resume is None or resume is False:
+            return None
+        if isinstance(resume, (str, os.PathLike)):
+            return resume
+        if resume is not True:
+            raise TypeError(f"resume_from_checkpoint must be a checkpoint folder, True (the "
+                            f"latest checkpoint in output_dir) or False/None (start afresh), got "
+                            f"{resume!r}")
+        from transformers.trainer_utils import get_last_checkpoint
+
+        folder = self.config.output_dir
+        latest = get_last_checkpoint(folder) if folder and os.path.isdir(folder) else None
+        if latest is None:
+            raise ValueError(f"resume_from_checkpoint=True resumes the latest checkpoint-<step> "
+                             f"folder of output_dir, and there is no checkpoint in {folder!r}: "
+                             f"start afresh (False) or name a checkpoint folder")
+        return latest
+
     def save_model(self, output_dir: str | None = None) -> None:
         """Save the model and tokenizer as TRL does (``output_dir`` defaults to the args')."""
         directory = Path(output_dir or self.config.output_dir or "trainer_output")
@@ -157,4 +199,37 @@ class GRPOTrainer:
         self.processing_class.save_pretrained(directory)
 
 
-__all__ = ["GRPOConfig", "GRPOTrainer", "TrainOutput", "TrainerState"]
+def lora_settings(peft_config) -> dict:
+    """The lab's LoRA settings (:data:`PEFT_FIELDS`) of a peft ``LoraConfig``. A field the lab
+    cannot honour (:data:`PEFT_FIXED` at another value, or any other field away from peft's
+    default: ``modules_to_save``, ``layers_to_transform``, ``exclude_modules``, rank or alpha
+    patterns, other initialisations ...) is refused by name rather than dropped."""
+    from peft import LoraConfig
+
+    if not isinstance(peft_config, LoraConfig):
+        raise TypeError(f"peft_config must be a peft.LoraConfig (its rank, alpha, dropout, "
+                        f"target modules, use_rslora and use_dora become the lab's LoRA "
+                        f"settings), got {type(peft_config).__name__} {peft_config!r:.80}")
+    default = LoraConfig()
+    refused = []
+    for field in dataclasses.fields(peft_config):
+        value = getattr(peft_config, field.name)
+        if field.name in PEFT_FIELDS or field.name in PEFT_RECORDS:
+            continue
+        allowed = PEFT_FIXED.get(field.name, (getattr(default, field.name),))
+        if value not in allowed:
+            refused.append(f"{field.name}={value!r}")
+    if refused:
+        raise ValueError(f"peft_config sets {', '.join(refused)}, which the lab's LoRA "
+                         f"(labkit.lora) does not have: it adapts the target modules of every "
+                         f"layer with plain LoRA, rsLoRA or DoRA (bias='none', causal LM); drop "
+                         f"these settings or run the script with TRL")
+    out = {lab: getattr(peft_config, name) for name, lab in PEFT_FIELDS.items()}
+    targets = out["lora_target_modules"]
+    if isinstance(targets, (set, list, tuple)):  # peft keeps a set: the lab's order is sorted
+        out["lora_target_modules"] = tuple(sorted(targets))
+    return out
+
+
+__all__ = ["PEFT_FIELDS", "PEFT_FIXED", "PEFT_RECORDS", "GRPOConfig", "GRPOTrainer",
+           "TrainOutput", "TrainerState", "lora_settings"]

@@ -118,7 +118,8 @@ GENERIC_FIELDS = {
     "kl_cov_ratio", "kl_cov_coef", "ref_model_mixup_alpha", "ref_model_sync_steps",
     "exploration_gamma", "ref_reset_patience", "curriculum_ratio", "prioritized_floor",
     "multitask_lambda", "multitask_lr",
-    "use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
+    "use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "use_rslora",
+    "use_dora",
 }
 
 

@@ -182,3 +182,119 @@ def test_a_trl_tutorial_script_runs_on_both_trainers_with_only_its_import_change
     # both ran the same 4 optimizer steps of the same geometry and logged finite rewards
     assert printed["trl"].startswith("global_step=4 reward=")
     assert printed["lab"].startswith("global_step=4 reward=")
+
+
+# ---- GRPOTrainer's other arguments: peft_config, environment_factory, train(resume_...) --------
+def _compat_trainer(model="tiny", data=None, reward_funcs=None, **kwargs):
+    from labkit.tasks import load_split
+    from labkit.trl_compat import GRPOConfig, GRPOTrainer
+
+    def length(completions, **_):
+        return [float(len(str(c))) for c in completions]
+
+    args = kwargs.pop("args", None) or GRPOConfig(
+        output_dir=kwargs.pop("output_dir", None), per_device_train_batch_size=4,
+        num_generations=4, max_steps=kwargs.pop("max_steps", 1), max_completion_length=8,
+        disable_tqdm=True, **kwargs.pop("settings", {}))
+    data = data if data is not None else load_split("train", families="add",
+                                                    difficulties=1).select(range(8))
+    return GRPOTrainer(model, reward_funcs=[length] if reward_funcs is None else reward_funcs,
+                       args=args, train_dataset=data, **kwargs)
+
+
+def _scalings(model) -> set:
+    return {float(s) for module in model.modules() if isinstance(getattr(module, "scaling", None),
+                                                                  dict)
+            for s in module.scaling.values()}
+
+
+@pytest.mark.parametrize(("settings", "expected", "scaling"), [
+    ({}, {"lora_r": 8, "lora_alpha": 8, "lora_dropout": 0.0, "lora_target_modules": None,
+          "use_rslora": False, "use_dora": False}, 1.0),
+    ({"r": 4, "lora_alpha": 8, "target_modules": ["v_proj", "q_proj"], "task_type": "CAUSAL_LM"},
+     {"lora_r": 4, "lora_target_modules": ("q_proj", "v_proj")}, 2.0),
+    ({"r": 4, "lora_alpha": 8, "use_rslora": True}, {"use_rslora": True}, 4.0),
+    ({"r": 4, "lora_alpha": 8, "use_dora": True}, {"use_dora": True}, 2.0),
+])
+def test_a_lora_config_becomes_the_labs_lora(settings, expected, scaling):
+    """Every LoraConfig setting the lab has is carried over: rank, alpha, dropout, targets, and
+    rsLoRA's alpha / sqrt(r) scaling and DoRA's magnitude vectors through peft itself."""
+    from peft import LoraConfig
+
+    trainer = _compat_trainer(peft_config=LoraConfig(**settings))
+    assert trainer.config.use_peft
+    assert {k: getattr(trainer.config, k) for k in expected} == expected
+    assert _scalings(trainer.model) == {scaling}
+    names = [name for name, _ in trainer.model.named_parameters()]
+    assert any("lora_magnitude_vector" in n for n in names) == settings.get("use_dora", False)
+
+
+@pytest.mark.parametrize(("field", "value", "shown"), [
+    ("bias", "all", "bias='all'"),
+    ("modules_to_save", ["lm_head"], "modules_to_save=['lm_head']"),
+    ("layers_to_transform", [0], "layers_to_transform=[0]"),
+    ("exclude_modules", ["k_proj"], "exclude_modules={'k_proj'}"),
+    ("rank_pattern", {"q_proj": 2}, "rank_pattern={'q_proj': 2}"),
+    ("init_lora_weights", "gaussian", "init_lora_weights='gaussian'"),
+    ("task_type", "SEQ_CLS", "task_type='SEQ_CLS'"),
+    ("lora_bias", True, "lora_bias=True"),
+])
+def test_a_lora_setting_the_lab_lacks_is_refused_by_name(field, value, shown):
+    from peft import LoraConfig
+
+    with pytest.raises(ValueError, match=re.escape(f"peft_config sets {shown}, which the lab's "
+                                                   f"LoRA")):
+        _compat_trainer(peft_config=LoraConfig(r=4, **{field: value}))
+
+
+def test_a_checkpoint_from_before_a_new_field_still_resumes():
+    """use_rslora and use_dora are new TrainConfig fields: a checkpoint saved without them ran at
+    their defaults, and resumes; one that differs from the run is still refused."""
+    from labkit.engine.checkpoint import check_same_run
+
+    config = TrainConfig()
+    saved = {k: v for k, v in config.to_dict().items() if k not in ("use_rslora", "use_dora")}
+    check_same_run(saved, config, "old-checkpoint")
+    with pytest.raises(ValueError, match="use_dora: None -> True"):
+        check_same_run(saved, TrainConfig(use_dora=True), "old-checkpoint")
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_train_resumes_as_trl_reads_resume_from_checkpoint(tmp_path):
+    """True: the latest checkpoint-<step> of output_dir (refused when there is none), False or
+    None: afresh; anything else is refused by name."""
+    folder = str(tmp_path / "out")
+    with pytest.raises(ValueError, match="resume_from_checkpoint=True resumes the latest "
+                                         "checkpoint-<step> folder of output_dir, and there is "
+                                         "no checkpoint in"):
+        _compat_trainer(output_dir=folder).train(resume_from_checkpoint=True)
+    with pytest.raises(TypeError, match="resume_from_checkpoint must be a checkpoint folder, "
+                                        "True .* got 3"):
+        _compat_trainer(output_dir=folder).train(resume_from_checkpoint=3)
+    first = _compat_trainer(output_dir=folder, settings={"save_steps": 1})
+    assert first.train(resume_from_checkpoint=False).global_step == 1
+    assert (tmp_path / "out" / "checkpoint-1").is_dir()
+    resumed = _compat_trainer(output_dir=folder, max_steps=2)
+    output = resumed.train(resume_from_checkpoint=True)
+    assert output.global_step == 2 and resumed.history["step"].tolist() == [1, 2]
+    assert resumed.history.iloc[0]["loss"] == first.history.iloc[0]["loss"]  # restored, not rerun
+
+
+def test_environment_factory_reaches_the_labs_trainer_with_trls_reward():
+    """TRL hands environment_factory to its trainer and adds an environment's get_reward as one
+    more reward function of weight 1; reward_funcs may then be left out."""
+    from labkit.agents import CalculatorEnv, GuessingEnv, guessing_dataset
+    from labkit.rewards.environment import environment_reward
+
+    calculator = _compat_trainer("tiny-tools", environment_factory=CalculatorEnv)
+    assert calculator.trainer.environment_factory is CalculatorEnv
+    assert environment_reward not in calculator.trainer.reward_funcs  # no get_reward
+    games = guessing_dataset(8, seed=0)
+    only = _compat_trainer("tiny-tools", games, reward_funcs=(), environment_factory=GuessingEnv)
+    assert only.trainer.reward_funcs == [environment_reward]
+    weighted = _compat_trainer("tiny-tools", games, environment_factory=GuessingEnv,
+                               settings={"reward_weights": [2.0]})
+    assert weighted.trainer.reward_names == ["length", "environment"]
+    assert weighted.config.reward_weights == (2.0, 1.0)
+    with pytest.raises(TypeError, match="environment_factory\\(\\) returned NoneType None"):
+        _compat_trainer("tiny-tools", environment_factory=lambda: None)

@@ -76,30 +76,38 @@ def environment_turn_ids(tokenizer, reply: str) -> list[int]:
 
 def checked_environment_factory(factory, config=None):
     """``factory`` (TRL's ``environment_factory``) once it has built one environment that
-    follows TRL's contract, as TRL's ``GRPOTrainer`` probes its factory when it is built: a
-    factory that returns None, or an object without a ``reset`` method, is refused here rather
-    than at the first step. ``config`` (a :class:`~labkit.config.TrainConfig`): its settings
-    that cannot run with episodes are refused too. None passes through (no environment)."""
+    follows TRL's contract (:func:`environment_probe`), as TRL's ``GRPOTrainer`` probes its
+    factory when it is built: a factory that returns None, or an object without a ``reset``
+    method, is refused here rather than at the first step. ``config`` (a
+    :class:`~labkit.config.TrainConfig`): its settings that cannot run with episodes are refused
+    too. None passes through (no environment)."""
     if factory is None:
         return None
-    if not callable(factory):
-        hint = (" (TRL's dict of named environments is not supported here: pass one factory)"
-                if isinstance(factory, dict) else "")
-        raise TypeError(f"environment_factory must be a callable that returns an environment "
-                        f"(a class such as labkit.agents.CalculatorEnv), got "
-                        f"{type(factory).__name__}{hint}")
     if config is not None and config.rlplus_demonstrations:
         raise ValueError("rlplus_demonstrations=True with an environment_factory: RL-PLUS's "
                          "demonstrations are single-turn texts (the dataset's worked solution) "
                          "with no tool calls or environment turns to mask, so an episode's group "
                          "has no demonstration to hold; set rlplus_demonstrations=False or train "
                          "without the environment")
+    environment_probe(factory)
+    return factory
+
+
+def environment_probe(factory):
+    """One environment built by ``factory``, refused unless it has TRL's ``reset`` method (a
+    function of its class, as TRL lists them)."""
+    if not callable(factory):
+        hint = (" (TRL's dict of named environments is not supported here: pass one factory)"
+                if isinstance(factory, dict) else "")
+        raise TypeError(f"environment_factory must be a callable that returns an environment "
+                        f"(a class such as labkit.agents.CalculatorEnv), got "
+                        f"{type(factory).__name__}{hint}")
     env = factory()
     if not callable(getattr(type(env), "reset", None)):
         raise TypeError(f"environment_factory() returned {type(env).__name__} {env!r:.60}, "
                         f"which has no reset method: an environment needs reset(**row) and its "
                         f"tools as public methods (TRL's contract; see labkit.agents.CalculatorEnv)")
-    return factory
+    return env
 
 
 def environments(factory, rows: dict, num_generations: int) -> list:
@@ -299,6 +307,7 @@ __all__ = [
     "Episodes",
     "action_mask_of",
     "checked_environment_factory",
+    "environment_probe",
     "environment_turn_ids",
     "environments",
     "policy_text",

@@ -213,7 +213,8 @@ def cases() -> list[Case]:
                          ("lora_bias", True), ("target_parameters", ["mlp.gate_proj.weight"]),
                          ("layer_replication", [[0, 1]]), ("inference_mode", True),
                          ("task_type", "SEQ_CLS"), ("trainable_token_indices", [1])):
-        refuse(f"compat-lora-{field}={value!r}", _lora(**{field: value}), field, repr(value),
+        shown = "{'k_proj'}" if field == "exclude_modules" else repr(value)  # peft keeps a set
+        refuse(f"compat-lora-{field}={value!r}", _lora(**{field: value}), field, shown,
                seconds=20.0)
     # train(resume_from_checkpoint=...): TRL's True (the latest in output_dir) and False (none)
     accept("compat-train-resume-false", _train(False), _trained(2), seconds=60.0, slow=True)

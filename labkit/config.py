@@ -128,12 +128,6 @@ class TrainConfig:
     use_dora: bool = False
     """DoRA (arXiv 2402.09353): split each adapted weight into a magnitude, trained directly, and
     a direction that LoRA adapts; slower per step than LoRA (TRL, peft)"""
-    use_rslora: bool = False
-    """rank-stabilised LoRA (arXiv 2312.03732): scale the update by lora_alpha / sqrt(lora_r)
-    instead of lora_alpha / lora_r, so a higher rank still learns (TRL, peft)"""
-    use_dora: bool = False
-    """DoRA (arXiv 2402.09353): split each adapted weight into a magnitude, trained directly, and
-    a direction that LoRA adapts; slower per step than LoRA (TRL, peft)"""
 
     # ---- which prompts ----------------------------------------------------------------------------
     prompt_sampler: str = "uniform"

@@ -192,7 +192,6 @@ def _checkpoint():
 
 
 def _other_data():
-    _, data = _tokenizer_and_data()
     from labkit.tasks import load_split
 
     return load_split("train").select(range(16, 32))

@@ -1,11 +1,19 @@
 # JupyterHub config for a room of GRPO Lab students on one Linux server (plain JupyterHub; the
 # Littlest JupyterHub equivalent is in deploy/README.md as tljh-config commands).
 #
-#   sudo jupyterhub -f /etc/jupyterhub/jupyterhub_config.py
+#   cd /etc/jupyterhub && export GRPO_LAB_ADMIN=<name>   # the teacher's account name
+#   sudo -E /opt/jupyterhub/bin/python /opt/grpo-lab/src/deploy/hub_admin.py -f jupyterhub_config.py
+#   sudo -E /opt/jupyterhub/bin/jupyterhub -f jupyterhub_config.py
 #
+# - The admin: GRPO_LAB_ADMIN, the teacher's account name, is required (no default). The admin
+#   holds JupyterHub's admin role (load_roles), not Authenticator.admin_users: NativeAuthenticator
+#   approves every name in admin_users the moment someone signs up under it, so with a known name
+#   the first visitor to sign up as the admin would become admin of every student's server.
+#   deploy/hub_admin.py creates the teacher's account, approved, before the hub first opens;
+#   after that a sign-up under the name is refused (taken), and one made before it waits for an
+#   approval nobody gives (hub_admin.py replaces it).
 # - Authentication: NativeAuthenticator. Students sign up at /hub/signup with a password; nobody
-#   can log in until the teacher approves them at /hub/authorize (the teacher's own account,
-#   TEACHER below, is approved on sign-up and is the hub's admin).
+#   can log in until the teacher approves them at /hub/authorize.
 # - Isolation and limits: SystemdSpawner runs each student's server as a systemd unit with its own
 #   dynamic system user and home (/var/lib/<name>), a memory cap (MemoryMax) and a CPU quota
 #   (CPUQuota). JupyterHub's default LocalProcessSpawner cannot enforce either: it only passes
@@ -21,13 +29,20 @@
 #   servers stay on 127.0.0.1.
 #
 # Sizes come from deploy/measure_hub.py (deploy/README.md, "How many students per server").
+import os
+import re
 import sys
 
 c = get_config()  # noqa: F821 - provided by JupyterHub's config loader
 
+# the teacher's account name, each class's own; JupyterHub refuses to start without it
+ADMIN = os.environ.get("GRPO_LAB_ADMIN", "")
+if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,63}", ADMIN):
+    raise ValueError(f"GRPO_LAB_ADMIN: expected the teacher's account name (lower-case letters, "
+                     f"digits, '.', '_' or '-', up to 64), got {ADMIN!r}; set it in the hub's "
+                     "environment (deploy/README.md, 'One server with plain JupyterHub')")
 # where the lab is installed (deploy/README.md, "One server"): its venv holds jupyterhub-singleuser
 LAB_ENV = "/opt/grpo-lab/env"
-TEACHER = "teacher"
 CPU_LIMIT = 1  # CPUs per student; the tiny model's runs use one thread well
 # per student, measured: server + notebooks 00 and 02 open peak at 1.5 GiB; notebook 09 builds a
 # 0.5B-parameter model in float32 (a 2.8 GiB kernel). Past the limit the kernel is killed.
@@ -48,7 +63,8 @@ c.NativeAuthenticator.minimum_password_length = 10
 c.NativeAuthenticator.check_common_password = True
 c.NativeAuthenticator.allowed_failed_logins = 5
 c.NativeAuthenticator.seconds_before_next_try = 300
-c.Authenticator.admin_users = {TEACHER}
+# no Authenticator.admin_users (NativeAuthenticator would approve a sign-up under the name): the
+# admin role below, and an account deploy/hub_admin.py creates approved
 # NativeAuthenticator itself refuses unapproved accounts, so every approved user may log in
 c.Authenticator.allow_all = True
 
@@ -77,8 +93,9 @@ c.JupyterHub.services = [{
     "command": [sys.executable, "-m", "jupyterhub_idle_culler",
                 f"--timeout={IDLE_SERVER_TIMEOUT_S}"],
 }]
-c.JupyterHub.load_roles = [{
-    "name": "idle-culler",
-    "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
-    "services": ["idle-culler"],
-}]
+c.JupyterHub.load_roles = [
+    {"name": "admin", "users": [ADMIN]},
+    {"name": "idle-culler",
+     "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
+     "services": ["idle-culler"]},
+]

@@ -9,7 +9,9 @@ deleted.
 The config is for the measurement only: SharedPasswordAuthenticator with a random password for a
 fixed list of students, and SimpleLocalProcessSpawner (every student is the same system user, in
 their own home folder; no isolation and no limits). The config a teacher deploys is
-``deploy/jupyterhub_config.py``.
+``deploy/jupyterhub_config.py``; ``auth`` puts its authentication sections in place of the test
+password (``tests/test_hub.py`` signs up under the admin's name through it), and ``before_start``
+runs on the written config before the hub starts (``deploy/hub_admin.py``, as a teacher's setup).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -39,12 +42,13 @@ def free_port() -> int:
 
 
 def hub_config(workdir: Path, students: list[str], password: str, environment: dict[str, str],
-               ports: dict[str, int]) -> dict:
-    """The test hub's config as traitlets JSON: every listener on 127.0.0.1, one home per student."""
+               ports: dict[str, int], auth: dict | None = None) -> dict:
+    """The test hub's config as traitlets JSON: every listener on 127.0.0.1, one home per student.
+    ``auth``: sections that replace the test password's (``JupyterHub``'s settings are merged)."""
     spawner_args = []
     if hasattr(os, "geteuid") and os.geteuid() == 0:  # jupyter-server refuses root without this
         spawner_args.append("--ServerApp.allow_root=True")
-    return {
+    config = {
         "JupyterHub": {
             "bind_url": f"http://{LOOPBACK}:{ports['public']}/",
             "hub_bind_url": f"http://{LOOPBACK}:{ports['hub']}",
@@ -75,13 +79,20 @@ def hub_config(workdir: Path, students: list[str], password: str, environment: d
             "http_timeout": 180,
         },
     }
+    if auth is not None:
+        auth = dict(auth)
+        del config["SharedPasswordAuthenticator"], config["Authenticator"]
+        config["JupyterHub"].update(auth.pop("JupyterHub", {}))
+        config.update(auth)
+    return config
 
 
 class LocalHub:
     """Start and stop one throwaway hub; use as a context manager so it always stops."""
 
     def __init__(self, students: list[str], notebooks: Path, environment: dict[str, str],
-                 start_timeout: float = 120.0):
+                 start_timeout: float = 120.0, auth: dict | None = None,
+                 before_start: Callable[[Path], None] | None = None):
         if not students:
             raise ValueError("students: expected at least one student name, got an empty list")
         self.students = students
@@ -91,6 +102,8 @@ class LocalHub:
                              "lab's notebooks/ folder")
         self.environment = environment
         self.start_timeout = start_timeout
+        self.auth = auth
+        self.before_start = before_start
         self.password = secrets.token_urlsafe(18)
         self.workdir: Path | None = None
         self.process: subprocess.Popen | None = None
@@ -116,9 +129,12 @@ class LocalHub:
             shutil.copytree(self.notebooks, self.workdir / "homes" / name / "notebooks",
                             ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
         ports = {"public": free_port(), "hub": free_port(), "proxy_api": free_port()}
-        config = hub_config(self.workdir, self.students, self.password, self.environment, ports)
+        config = hub_config(self.workdir, self.students, self.password, self.environment, ports,
+                            self.auth)
         config_path = self.workdir / "hub_config.json"
         config_path.write_text(json.dumps(config, indent=1))
+        if self.before_start is not None:
+            self.before_start(config_path)
         self.url = f"http://{LOOPBACK}:{ports['public']}"
         self.log_path = self.workdir / "jupyterhub.log"
         with open(self.log_path, "wb") as log:

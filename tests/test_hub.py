@@ -16,11 +16,15 @@ is missing (``pip install jupyterhub``; ``npm install -g configurable-http-proxy
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
+import importlib.util
 import json
 import math
+import os
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -29,8 +33,10 @@ from urllib.parse import parse_qs, urlsplit
 
 import psutil
 import pytest
+import requests
 import yaml
 from traitlets import HasTraits
+from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +44,7 @@ DEPLOY = ROOT / "deploy"
 LOCK = ROOT / "requirements-lock.txt"
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 LOOPBACK = "127.0.0.1"
+ADMIN = "lab-admin"  # the admin name the tests give the shipped configs (GRPO_LAB_ADMIN)
 UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 # where each section of the shipped config lives, to check its settings against the real traits
 CONFIG_CLASSES = {
@@ -47,17 +54,52 @@ CONFIG_CLASSES = {
 }
 
 sys.path.insert(0, str(DEPLOY))
-from local_hub import hub_config
+from hub_student import HubStudent
+from local_hub import LocalHub, hub_config
 from nbgitpuller_link import nbgitpuller_link
 from notebook_pieces import grpo_pieces, tour_setup
 
 
-def shipped_config():
-    return PyFileConfigLoader("jupyterhub_config.py", path=str(DEPLOY)).load_config()
+@contextlib.contextmanager
+def admin_variable(name: str | None):
+    """GRPO_LAB_ADMIN, the shipped configs' required admin name, set to ``name`` (None: unset)."""
+    saved = os.environ.pop("GRPO_LAB_ADMIN", None)
+    if name is not None:
+        os.environ["GRPO_LAB_ADMIN"] = name
+    try:
+        yield
+    finally:
+        os.environ.pop("GRPO_LAB_ADMIN", None)
+        if saved is not None:
+            os.environ["GRPO_LAB_ADMIN"] = saved
+
+
+def shipped_config(admin: str | None = ADMIN):
+    with admin_variable(admin):
+        return PyFileConfigLoader("jupyterhub_config.py", path=str(DEPLOY)).load_config()
+
+
+def admins(c) -> set[str]:
+    """Everyone the config makes admin: by Authenticator.admin_users or the admin role."""
+    return set(c.Authenticator.get("admin_users", ())) | {
+        user for role in c.JupyterHub.get("load_roles", ()) if role["name"] == "admin"
+        for user in role.get("users", ())}
 
 
 def values():
     return yaml.safe_load((DEPLOY / "z2jh" / "values.yaml").read_text())
+
+
+def z2jh_config(admin: str | None = ADMIN):
+    """The hub config the chart builds from the values: ``hub.config``, then the
+    ``hub.extraConfig`` snippets in order, run as the chart's hub runs them."""
+    v = values()
+    c = Config(copy.deepcopy(v["hub"]["config"]))
+    c.JupyterHub.load_roles = []
+    with admin_variable(admin):
+        for _, snippet in sorted(v["hub"].get("extraConfig", {}).items()):
+            exec(compile(snippet, "values.yaml:hub.extraConfig", "exec"), {"c": c})  # noqa: S102
+    return c
 
 
 def to_bytes(size) -> int:
@@ -87,7 +129,21 @@ def test_shipped_config_authenticates_for_real_and_waits_for_approval():
     assert not re.search(r"dummy|null|shared|tmp", authenticator, re.IGNORECASE)
     assert c.NativeAuthenticator.open_signup is False  # nobody in until the teacher approves
     assert c.NativeAuthenticator.minimum_password_length >= 8
-    assert c.Authenticator.admin_users, "someone must be able to approve sign-ups"
+    assert admins(c) == {ADMIN}, "someone must be able to approve sign-ups"
+
+
+@pytest.mark.parametrize("config", [shipped_config, z2jh_config])
+def test_the_admin_is_a_required_name_held_by_role_not_pre_approved(config):
+    # NativeAuthenticator approves Authenticator.admin_users on sign-up: with a fixed, public
+    # name the first visitor to sign up as "teacher" became admin
+    c = config()
+    assert not c.Authenticator.get("admin_users"), c.Authenticator.admin_users
+    assert [role["users"] for role in c.JupyterHub.load_roles if role["name"] == "admin"] == \
+        [[ADMIN]]
+    for wrong in (None, "", "The Teacher", "a/b", "x" * 65):
+        with pytest.raises(ValueError, match=rf"^GRPO_LAB_ADMIN: expected .*, got "
+                                             rf"{re.escape(repr(wrong or ''))}"):
+            config(wrong)
 
 
 def test_shipped_config_limits_each_student_with_a_spawner_that_enforces_them():
@@ -114,7 +170,7 @@ def test_shipped_config_culls_idle_servers_with_least_privilege():
     (service,) = c.JupyterHub.services
     assert service["command"][1:3] == ["-m", "jupyterhub_idle_culler"]
     assert culler_timeout(c) > 0
-    (role,) = c.JupyterHub.load_roles
+    (role,) = [role for role in c.JupyterHub.load_roles if role["name"] != "admin"]
     assert role["services"] == [service["name"]]
     assert not any(scope.startswith("admin") for scope in role["scopes"])
     assert any("cull_idle_timeout" in arg for arg in c.Spawner.args)
@@ -130,12 +186,16 @@ def culler_timeout(c) -> int:
 def test_shipped_config_names_only_real_settings():
     """Each setting exists on its class and takes its value (a typo would be silently ignored)."""
     c = shipped_config()
+    # every module the check imports: the sections' classes, and the classes the *_class
+    # settings name (checking authenticator_class imports nativeauthenticator)
+    modules = {CONFIG_CLASSES[section].split(".")[0] for section in c} | {
+        value.split(".")[0] for settings in c.values() for name, value in settings.items()
+        if name.endswith("_class") and isinstance(value, str) and "." in value}
+    missing = sorted(m for m in modules if importlib.util.find_spec(m) is None)
+    if missing:  # e.g. jupyterhub alone, as a teacher might install it
+        pytest.skip(f"{', '.join(missing)} not installed (pip install -e '.[hub]')")
     for section, settings in c.items():
-        try:
-            module = importlib.import_module(CONFIG_CLASSES[section])
-        except ImportError as error:
-            pytest.skip(f"{CONFIG_CLASSES[section]} not installed ({error}): pip install "
-                        "jupyterhub jupyterhub-nativeauthenticator jupyterhub-systemdspawner")
+        module = importlib.import_module(CONFIG_CLASSES[section])
         traits = getattr(module, section).class_traits(config=True)
         for name, value in settings.items():
             assert name in traits, f"{section}.{name} is not a setting of {section}"
@@ -144,7 +204,7 @@ def test_shipped_config_names_only_real_settings():
     from jupyterhub.scopes import scope_definitions
 
     for role in c.JupyterHub.load_roles:
-        assert set(role["scopes"]) <= set(scope_definitions), role["scopes"]
+        assert set(role.get("scopes", ())) <= set(scope_definitions), role["scopes"]
 
 
 def test_measurement_hub_config_is_test_only_and_loopback_only(tmp_path):
@@ -186,8 +246,11 @@ def test_dockerfile_installs_the_cpu_torch_first_then_the_locked_lab():
     assert torch and torch.group(1) == CPU_INDEX
     assert lab and torch.start() < lab.start()
     pinned = re.search(r"^ARG TORCH_VERSION=(\S+)$", text, re.MULTILINE).group(1)
+    hub = re.search(r"^ARG JUPYTERHUB_VERSION=(\S+)$", text, re.MULTILINE).group(1)
     if lock_version("torch") is not None:
         assert pinned == lock_version("torch").split("+")[0]
+        # the image installs under the lock: another jupyterhub than the lock's cannot install
+        assert hub == lock_version("jupyterhub")
 
 
 def test_binder_installs_a_pinned_cpu_torch_and_the_lab_under_the_lock():
@@ -333,7 +396,7 @@ def test_measurement_refuses_bad_numbers_before_anything_starts(flag, value, all
     assert f"{flag}: expected {allowed}, got {value!r}" in capsys.readouterr().err
 
 
-# -- a real hub, three students at once ---------------------------------------------------------
+# -- a real hub: a sign-up under the admin's name --------------------------------------------------
 
 def hub_missing() -> str | None:
     if sys.platform == "win32":
@@ -341,11 +404,129 @@ def hub_missing() -> str | None:
     try:
         import jupyterhub  # noqa: F401
     except ImportError:
-        return "jupyterhub is not installed (pip install jupyterhub)"
+        return "jupyterhub is not installed (pip install -e '.[hub]')"
     if shutil.which("configurable-http-proxy") is None:
         return "configurable-http-proxy is not on PATH (npm install -g configurable-http-proxy)"
     return None
 
+
+def native_missing() -> str | None:
+    if importlib.util.find_spec("nativeauthenticator") is None:
+        return "nativeauthenticator is not installed (pip install -e '.[hub]')"
+    return hub_missing()
+
+
+def shipped_authentication() -> dict:
+    """The shipped config's authentication (and its admin), for a throwaway hub."""
+    c = shipped_config()
+    as_json = {name: sorted(value) if isinstance(value, set) else value
+               for name, value in c.Authenticator.items()}
+    return {"JupyterHub": {"authenticator_class": c.JupyterHub.authenticator_class,
+                           "load_roles": [r for r in c.JupyterHub.get("load_roles", ())
+                                          if r["name"] == "admin"]},
+            "Authenticator": as_json, "NativeAuthenticator": dict(c.NativeAuthenticator)}
+
+
+def sign_up(hub_url: str, name: str, password: str) -> str:
+    """Post the hub's sign-up form as a browser does; the page's text."""
+    http = requests.Session()
+    http.get(f"{hub_url}/hub/signup", timeout=30).raise_for_status()
+    reply = http.post(f"{hub_url}/hub/signup", timeout=30, data={
+        "username": name, "signup_password": password, "signup_password_confirmation": password,
+        "_xsrf": http.cookies.get("_xsrf", "")})
+    reply.raise_for_status()
+    return reply.text
+
+
+def run_hub_admin(password: str):
+    """deploy/hub_admin.py on the throwaway hub's config before it starts, as a teacher's setup."""
+    def setup(config_path: Path) -> None:
+        run = subprocess.run([sys.executable, str(DEPLOY / "hub_admin.py"), "-f", str(config_path),
+                              "--password-stdin"], input=password + "\n", capture_output=True,
+                             text=True, timeout=120, cwd=config_path.parent, check=False)
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.strip() == f"{ADMIN}: account created and approved", run.stdout
+    return setup
+
+
+@pytest.mark.skipif(importlib.util.find_spec("nativeauthenticator") is None,
+                    reason="nativeauthenticator is not installed (pip install -e '.[hub]')")
+def test_hub_admin_approves_the_admin_once_and_replaces_a_strangers_sign_up(tmp_path):
+    import bcrypt
+    import hub_admin
+    from jupyterhub import orm
+    from nativeauthenticator.orm import UserInfo
+
+    url = f"sqlite:///{(tmp_path / 'jupyterhub.sqlite').as_posix()}"
+    config = Config({"JupyterHub": {"db_url": url, "load_roles": [{"name": "admin",
+                                                                   "users": [ADMIN]}]},
+                     "NativeAuthenticator": {"minimum_password_length": 10,
+                                             "check_common_password": True}})
+    with pytest.raises(ValueError, match="^password: expected at least 10 characters and not a "
+                                         "common one$"):
+        hub_admin.create_admin(config, "password1")
+    db = orm.new_session_factory(url)()
+    try:  # someone signed up under the admin's name, with 2FA, before the setup ran
+        db.add(UserInfo(username=ADMIN, password=bcrypt.hashpw(b"strangers-pass", bcrypt.gensalt()),
+                        email="x@example.org", has_2fa=True))
+        db.commit()
+        assert "replaced an unapproved sign-up" in hub_admin.create_admin(config, "teachers-pass")
+        db.expire_all()
+        (info,) = UserInfo.all_users(db)
+        assert info.is_authorized and not info.has_2fa and info.email is None
+        assert info.is_valid_password("teachers-pass") and not info.is_valid_password(
+            "strangers-pass")
+        assert hub_admin.create_admin(config, "other-password") == \
+            f"{ADMIN}: the account exists and is approved; nothing changed"
+        db.expire_all()
+        assert UserInfo.find(db, ADMIN).is_valid_password("teachers-pass")
+    finally:
+        db.close()
+    config.Authenticator.admin_users = {ADMIN}
+    with pytest.raises(ValueError, match=r"^Authenticator\.admin_users: expected none"):
+        hub_admin.create_admin(config, "teachers-pass")
+
+
+@pytest.mark.skipif(native_missing() is not None, reason=str(native_missing()))
+def test_a_sign_up_under_the_admin_name_before_the_setup_gets_nothing():
+    """Without the teacher's setup, a stranger signs up under the admin's name first: the
+    account waits for an approval, so it cannot log in or reach anything."""
+    auth = shipped_authentication()
+    (admin,) = admins(shipped_config())
+    stranger = HubStudent("", admin, secrets.token_urlsafe(16))
+    with LocalHub(["student1"], ROOT / "notebooks", {}, auth=auth) as hub:
+        stranger.hub_url = hub.url
+        sign_up(hub.url, admin, stranger.password)
+        with pytest.raises(PermissionError):
+            stranger.log_in()
+        reply = stranger.http.get(f"{hub.url}/hub/authorize", timeout=30, allow_redirects=False)
+        assert reply.status_code != 200  # the approvals page is the admin's
+        assert requests.get(f"{hub.url}/hub/api/users", timeout=30).status_code == 403
+
+
+@pytest.mark.skipif(native_missing() is not None, reason=str(native_missing()))
+def test_after_the_setup_the_admin_name_is_taken_and_the_teacher_approves_students():
+    teacher = HubStudent("", ADMIN, secrets.token_urlsafe(16))
+    stranger = HubStudent("", ADMIN, secrets.token_urlsafe(16))
+    student = HubStudent("", "student1", secrets.token_urlsafe(16))
+    with LocalHub(["student1"], ROOT / "notebooks", {}, auth=shipped_authentication(),
+                  before_start=run_hub_admin(teacher.password)) as hub:
+        for person in (teacher, stranger, student):
+            person.hub_url = hub.url
+        assert "already in use" in sign_up(hub.url, ADMIN, stranger.password)
+        with pytest.raises(PermissionError):
+            stranger.log_in()
+        assert "sent to the admin" in sign_up(hub.url, student.name, student.password)
+        with pytest.raises(PermissionError):
+            student.log_in()  # waits for the teacher
+        teacher.log_in()
+        pending = teacher.http.get(f"{hub.url}/hub/authorize", timeout=30)
+        assert pending.status_code == 200 and student.name in pending.text
+        teacher.http.get(f"{hub.url}/hub/authorize/{student.name}", timeout=30).raise_for_status()
+        student.log_in()
+
+
+# -- a real hub, three students at once ---------------------------------------------------------
 
 @pytest.mark.slow
 @pytest.mark.skipif(hub_missing() is not None, reason=str(hub_missing()))

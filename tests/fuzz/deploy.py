@@ -5,12 +5,22 @@ teacher's approval; the image starts the hub-authenticated single-user server; n
 turns a token or password off or listens on every interface. A weak authenticator (dummy, null,
 shared password) appears only in the local test harness (``deploy/local_hub.py``), which only the
 measurement script and the tests import, and which listens on 127.0.0.1 behind a random
-password for a fixed list of students."""
+password for a fixed list of students.
+
+The hub's admin is each class's own name (``GRPO_LAB_ADMIN``, no default) and holds the admin role
+without being pre-approved on sign-up (NativeAuthenticator approves ``Authenticator.admin_users``
+when they sign up, so a stranger signing up first under a known admin name would become admin);
+the measurement refuses a cell timeout that is not a finite positive number of seconds before it
+starts anything; the nbgitpuller link refuses credentials in its URLs without echoing them."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -31,6 +41,10 @@ OPEN_SERVER = re.compile(r"""(?:ServerApp|NotebookApp)\.(?:token|password)\s*=\s
                          re.IGNORECASE)
 #: Where a weak authenticator may appear: the measurement harness and the tests.
 HARNESS = {"deploy/local_hub.py", "deploy/measure_hub.py", "deploy/README.md"}
+#: The admin name the cases give the shipped configs (each class sets its own).
+ADMIN = "fuzz-admin"
+#: A secret the nbgitpuller cases put in a URL: it must reach neither the link nor the error.
+SECRET = "ghp_fuzzSecret123"
 
 
 def tracked_files() -> list[str]:
@@ -65,25 +79,109 @@ def _none(hits):
     assert not hits, f"found {hits}"
 
 
-def _one_server_config():
+@contextlib.contextmanager
+def _admin_variable(value):
+    """GRPO_LAB_ADMIN set to ``value`` (None: unset) for the block."""
+    saved = os.environ.pop("GRPO_LAB_ADMIN", None)
+    if value is not None:
+        os.environ["GRPO_LAB_ADMIN"] = value
+    try:
+        yield
+    finally:
+        os.environ.pop("GRPO_LAB_ADMIN", None)
+        if saved is not None:
+            os.environ["GRPO_LAB_ADMIN"] = saved
+
+
+def _one_server_config(admin=ADMIN):
     from traitlets.config.loader import PyFileConfigLoader
 
-    return PyFileConfigLoader("jupyterhub_config.py", path=str(DEPLOY)).load_config()
+    with _admin_variable(admin):
+        return PyFileConfigLoader("jupyterhub_config.py", path=str(DEPLOY)).load_config()
+
+
+def _admins_by_role(load_roles) -> list:
+    return [user for role in load_roles if role["name"] == "admin" for user in role["users"]]
 
 
 def _native_with_approval(c):
     assert c.JupyterHub.authenticator_class == NATIVE, c.JupyterHub.authenticator_class
     assert c.NativeAuthenticator.open_signup is False
     assert c.NativeAuthenticator.minimum_password_length >= 8
-    assert c.Authenticator.admin_users, "nobody could approve the students"
+    assert _admins_by_role(c.JupyterHub.load_roles) == [ADMIN], "nobody could approve students"
+
+
+def _admin_not_pre_approved(c):
+    # NativeAuthenticator approves every name in Authenticator.admin_users on sign-up
+    assert not c.Authenticator.get("admin_users"), c.Authenticator.admin_users
+    assert _admins_by_role(c.JupyterHub.load_roles) == [ADMIN], c.JupyterHub.load_roles
+
+
+def _z2jh_values():
+    return yaml.safe_load((DEPLOY / "z2jh" / "values.yaml").read_text(encoding="utf-8"))
+
+
+def _z2jh_config(admin=ADMIN):
+    """The hub config the chart's values make: their ``hub.config`` and ``hub.extraConfig``
+    snippets run in order on it, as the chart's hub does."""
+    from traitlets.config import Config
+
+    values = _z2jh_values()
+    c = Config(values["hub"]["config"])
+    c.JupyterHub.load_roles = []
+    with _admin_variable(admin):
+        for _, snippet in sorted(values["hub"].get("extraConfig", {}).items()):
+            exec(compile(snippet, "values.yaml:hub.extraConfig", "exec"), {"c": c})  # noqa: S102
+    return c
 
 
 def _z2jh(values):
     config = values["hub"]["config"]
     assert config["JupyterHub"]["authenticator_class"] == NATIVE, config["JupyterHub"]
     assert config["NativeAuthenticator"]["open_signup"] is False
-    assert config["Authenticator"]["admin_users"], "nobody could approve the students"
     assert values["proxy"]["https"]["enabled"] is True, "the public proxy must use TLS"
+
+
+def _measure_main(*args):
+    """``measure_hub.main`` with ``measure`` replaced: a refusal must come before anything
+    starts, so reaching ``measure`` is the silent outcome."""
+    sys.path.insert(0, str(DEPLOY))
+    try:
+        import measure_hub
+    finally:
+        sys.path.remove(str(DEPLOY))
+
+    def call():
+        real, err = measure_hub.measure, io.StringIO()
+        measure_hub.measure = lambda *a, **k: "the measurement started"
+        try:
+            with contextlib.redirect_stderr(err):
+                return measure_hub.main(["--students", "1", *args])
+        except SystemExit as stop:
+            raise ValueError(err.getvalue().strip().splitlines()[-1]) from stop
+        finally:
+            measure_hub.measure = real
+    return call
+
+
+def _link(**kwargs):
+    """``nbgitpuller_link`` on a hostile URL; an error that echoes SECRET is a crash."""
+    sys.path.insert(0, str(DEPLOY))
+    try:
+        from nbgitpuller_link import nbgitpuller_link
+    finally:
+        sys.path.remove(str(DEPLOY))
+    args = {"hub": "https://hub.example.org", "repo": "https://github.com/example/grpo-lab",
+            "branch": "main", "notebook": "notebooks/00_tour.ipynb", **kwargs}
+
+    def call():
+        try:
+            return nbgitpuller_link(**args)
+        except ValueError as error:
+            if SECRET in str(error):
+                raise RuntimeError(f"the error echoes the secret: {error}") from None
+            raise
+    return call
 
 
 def _tljh(readme: str):
@@ -143,8 +241,7 @@ def cases() -> list[Case]:
     accept("weak-authenticators-only-in-the-harness", lambda: _scan(WEAK_AUTH), _only_in_harness)
     accept("no-server-opened-without-auth", lambda: _scan(OPEN_SERVER), _none)
     accept("one-server-config-native-with-approval", _one_server_config, _native_with_approval)
-    accept("z2jh-values-native-with-approval", lambda: yaml.safe_load(
-        (DEPLOY / "z2jh" / "values.yaml").read_text(encoding="utf-8")), _z2jh)
+    accept("z2jh-values-native-with-approval", _z2jh_values, _z2jh)
     accept("tljh-commands-native", lambda: (DEPLOY / "README.md").read_text(encoding="utf-8"),
            _tljh)
     accept("image-starts-the-hub-authenticated-server",
@@ -154,4 +251,38 @@ def cases() -> list[Case]:
            lambda: (DEPLOY / "local_hub.py").read_text(encoding="utf-8"), _random_password)
     accept("harness-imported-only-by-the-measurement", _who_imports_the_harness,
            _harness_importers)
+    accept("one-server-admin-by-role-not-pre-approved", _one_server_config,
+           _admin_not_pre_approved)
+    accept("z2jh-admin-by-role-not-pre-approved", _z2jh_config, _admin_not_pre_approved)
+
+    def refuse(name, call, *fragments):
+        c.append(Case(SURFACE, name, call, tuple(fragments), seconds=20.0))
+
+    refuse("one-server-admin-name-unset", lambda: _one_server_config(None), "GRPO_LAB_ADMIN")
+    refuse("one-server-admin-name-empty", lambda: _one_server_config(" "), "GRPO_LAB_ADMIN")
+    refuse("one-server-admin-name-with-a-space", lambda: _one_server_config("the teacher"),
+           "GRPO_LAB_ADMIN", "'the teacher'")
+    refuse("z2jh-admin-name-unset", lambda: _z2jh_config(None), "GRPO_LAB_ADMIN")
+    for value in ("nan", "inf", "-inf", "0", "-5", "1e999", "ten"):
+        refuse(f"measure-cell-timeout-{value}", _measure_main(f"--cell-timeout={value}"),
+               "--cell-timeout", repr(value))
+    for value in ("0", "nan", "2.5", "65"):
+        refuse(f"measure-students-{value}", _measure_main(f"--students={value}"), "--students",
+               repr(value))
+    for value in ("0", "1e3", "nan"):
+        refuse(f"measure-steps-{value}", _measure_main(f"--steps={value}"), "--steps",
+               repr(value))
+    refuse("link-repo-password", _link(repo=f"https://me:{SECRET}@github.com/example/grpo-lab"),
+           "repo", "credentials")
+    refuse("link-repo-token-as-user", _link(repo=f"https://{SECRET}@github.com/example/lab"),
+           "repo", "credentials")
+    refuse("link-repo-access-token-query",
+           _link(repo=f"https://github.com/example/grpo-lab?access_token={SECRET}"), "repo",
+           "credentials")
+    refuse("link-repo-token-fragment", _link(repo=f"https://github.com/example/lab#token={SECRET}"),
+           "repo")
+    refuse("link-hub-password", _link(hub=f"https://teacher:{SECRET}@hub.example.org"), "hub",
+           "credentials")
+    refuse("link-hub-token-query", _link(hub=f"https://hub.example.org/?token={SECRET}"), "hub",
+           "credentials")
     return c

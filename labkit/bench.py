@@ -4,6 +4,7 @@
     python -m labkit.bench --device cuda --model Qwen/Qwen2.5-0.5B-Instruct --reward alternating
     python -m labkit.bench --device cuda --model Qwen/Qwen2.5-0.5B-Instruct --reward alternating \
         --only labkit    # (or --only trl): one trainer alone, for its peak GPU memory
+    python -m labkit.bench --decode [--device cuda]   # ms per decode step of each decode loop
 
 Both sides run ONE :class:`~labkit.config.TrainConfig` (:func:`bench_config`): labkit's trainer
 reads it, and TRL's ``GRPOConfig`` is built from it by the TRL bridge
@@ -34,6 +35,21 @@ throughput (completion tokens per second of generation: labkit's ``generation_ti
 (``torch.cuda.max_memory_allocated``), beside the memory planner's total for labkit
 (:func:`labkit.memory.memory_plan`).
 
+Each side's step is also split into phases (:data:`PHASES`, :class:`PhaseClock`): sampling,
+the no-grad scoring forwards (behaviour or reference log-probs; none in this on-policy run
+without KL), the training forward and backward, the optimizer (gradient clipping included), and
+the rest (rewards, advantages, the trainers' loops). labkit's come from its trainer's methods,
+TRL's from ``GRPOTrainer._generate``, ``_get_per_token_logps_and_entropies`` inside
+``_generate_and_score_completions``, ``compute_loss``, accelerate's ``backward`` and the
+optimizer-step callback. Timing a phase waits for the GPU at its ends, so the phases slow a GPU
+step a little; they say where the time goes.
+
+``--decode`` times sampling rounds alone on each decode loop the device has
+(:func:`decode_benchmark`, :mod:`labkit.decode`): the dynamic loop, the fixed-shape loop with
+eager steps and, on CUDA, the fixed-shape loop replayed as a CUDA graph, in milliseconds per
+decode step. Random weights of a real shape are drawn on the run's device (:func:`load_bench_model`),
+so the Qwen2.5-1.5B shape starts in seconds on a GPU rather than initialising on a CPU core.
+
 The floor is the step's matmul FLOPs (2 x params x tokens for the sampling forwards, 6 x params x
 tokens for the training forward and backward, attention scores included) divided by this
 machine's matmul throughput in the run's dtype, measured on a large matmul. It ignores memory traffic and
@@ -47,6 +63,7 @@ fall below 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import statistics
 import tempfile
@@ -102,12 +119,54 @@ def _synchronize(device) -> None:
 
 def load_bench_model(config: TrainConfig):
     """The benchmark's model: a shipped real Qwen shape with random weights (offline), else the
-    named model with its weights."""
+    named model with its weights. Random weights are drawn on the run's device: initialising
+    the Qwen2.5-1.5B shape on one CPU core and moving it takes minutes, on a GPU a moment."""
     from labkit.models import SHIPPED_CONFIGS, load_policy
 
-    return load_policy(config.model_name_or_path, device=config.device, dtype=config.dtype,
-                       random_init=config.model_name_or_path in SHIPPED_CONFIGS,
-                       seed=config.seed)
+    random_init = config.model_name_or_path in SHIPPED_CONFIGS
+    with torch.device(config.device) if random_init else contextlib.nullcontext():
+        return load_policy(config.model_name_or_path, device=config.device, dtype=config.dtype,
+                           random_init=random_init, seed=config.seed)
+
+
+def decode_benchmark(model_name: str = "tiny", device: str = "cpu", dtype: str = "float32",
+                     prompts: int = 16, generations: int = 8, max_completion_length: int = 64,
+                     rounds: int = 5) -> list[dict]:
+    """Time sampling rounds of ``prompts`` x ``generations`` rows on each decode loop this
+    device has (:mod:`labkit.decode`): the dynamic loop, the fixed-shape loop with eager steps,
+    and on CUDA the fixed-shape loop replayed as a CUDA graph. One untimed round first (it
+    captures the graph), then ``rounds`` timed ones from the same seed. Returns one row per
+    loop: median seconds per round, decode steps (the longest completion: one forward per
+    token after the prefill), milliseconds per step and completion tokens per second."""
+    from labkit.rollout import generate
+    from labkit.tasks import load_split
+
+    config = bench_config(model_name, 1, device, dtype)
+    model, tokenizer = load_bench_model(config)
+    batch = load_split("train").select(range(prompts))["prompt"]
+    loops = {"dynamic": {"decode_path": "dynamic"},
+             "fixed, eager steps": {"decode_path": "fixed", "cuda_graphs": False}}
+    if device == "cuda":
+        loops["fixed, CUDA graph"] = {"decode_path": "fixed", "cuda_graphs": True}
+    results = []
+    for name, settings in loops.items():
+        seconds = []
+        for round_ in range(rounds + 1):
+            generator = torch.Generator(device=device).manual_seed(0)
+            _synchronize(device)
+            start = time.perf_counter()
+            rollout = generate(model, tokenizer, batch, num_generations=generations,
+                               max_completion_length=max_completion_length,
+                               generator=generator, **settings)
+            _synchronize(device)
+            if round_:
+                seconds.append(time.perf_counter() - start)
+        steps = int(rollout.lengths.max())
+        median = statistics.median(seconds)
+        results.append({"loop": name, "seconds": median, "steps": steps,
+                        "ms_per_step": 1000 * median / steps,
+                        "tokens_per_second": float(rollout.lengths.sum()) / median})
+    return results
 
 
 def step_flops(model, prompt_tokens: float, completion_tokens: float, rows: int) -> float:
@@ -141,6 +200,60 @@ class Timings:
     """standard deviation of the total reward over the step's completions"""
     generation_seconds: list = field(default_factory=list)
     """seconds of the step spent sampling"""
+    phases: list = field(default_factory=list)
+    """per step, ``{phase: seconds}`` for the phases of :data:`PHASES` (see :class:`PhaseClock`)"""
+
+
+#: The phases of a step the bench times on both sides; ``other`` is the rest of the step
+#: (rewards, advantages, bookkeeping, and TRL's Trainer loop).
+PHASES = ("sampling", "scoring forwards", "training forward+backward", "optimizer", "other")
+
+
+class PhaseClock:
+    """Seconds per phase within one step, from wrapped methods: ``clock.wrap(obj, "name",
+    phase)`` replaces ``obj.name`` by a version that waits for the GPU before and after and
+    adds its wall time to ``phase``. A call made while another timed call is running counts
+    only toward the outer phase, except where ``inside`` names the outer phase it refines (TRL's
+    sampling inside its generate-and-score). The waits add host syncs the trainers would not
+    make: the phases are for comparing where time goes, the step time beside them is taken
+    without them being the point."""
+
+    def __init__(self, device):
+        self.device = device
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self.active: list[str] = []
+
+    def wrap(self, obj, name: str, phase: str, inside: str | None = None) -> None:
+        method = getattr(obj, name)
+
+        def timed(*args, **kwargs):
+            outer = self.active[-1] if self.active else None
+            if outer is not None and outer != inside:
+                return method(*args, **kwargs)
+            _synchronize(self.device)
+            start = time.perf_counter()
+            self.active.append(phase)
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.active.pop()
+                _synchronize(self.device)
+                elapsed = time.perf_counter() - start
+                self.seconds[phase] += elapsed
+                if outer is not None:
+                    self.seconds[outer] -= elapsed
+
+        setattr(obj, name, timed)
+
+    def add(self, phase: str, seconds: float) -> None:
+        self.seconds[phase] += seconds
+
+    def lap(self, step_seconds: float) -> dict:
+        """This step's phases (``other`` = the step less the timed phases); resets the clock."""
+        phases = dict(self.seconds)
+        phases["other"] = step_seconds - sum(v for k, v in phases.items() if k != "other")
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        return phases
 
 
 def labkit_stepper(config: TrainConfig, dataset, reward_funcs=None):
@@ -151,6 +264,10 @@ def labkit_stepper(config: TrainConfig, dataset, reward_funcs=None):
     trainer = Trainer(config, model=model, tokenizer=tokenizer, train_dataset=dataset,
                       reward_funcs=reward_funcs)
     timings = Timings()
+    clock = PhaseClock(config.device)
+    clock.wrap(trainer, "score_forwards", "scoring forwards")
+    clock.wrap(trainer, "accumulate_gradients", "training forward+backward")
+    clock.wrap(trainer, "_apply_gradients", "optimizer")
     name = "sample_and_score" if hasattr(trainer, "sample_and_score") else "_sample_batch"
     sample = getattr(trainer, name)
 
@@ -169,6 +286,8 @@ def labkit_stepper(config: TrainConfig, dataset, reward_funcs=None):
         _synchronize(config.device)
         timings.seconds.append(time.perf_counter() - start)
         timings.generation_seconds.append(row["generation_time"])
+        clock.add("sampling", row["generation_time"])
+        timings.phases.append(clock.lap(timings.seconds[-1]))
         timings.trained.append(row["completions_trained"])
         timings.reward.append(row["reward"])
         timings.reward_std.append(row["reward_std"])
@@ -189,20 +308,27 @@ def run_trl_with(config: TrainConfig, dataset, between_steps, reward_funcs=None)
     model, tokenizer = load_bench_model(config)
     batch = config.prompts_per_step * config.num_generations
     timings = Timings()
+    clock = PhaseClock(config.device)
 
     class StepTimer(TrainerCallback):
-        """Times each optimizer step; reads its tokens and rewards off TRL's per-step log."""
+        """Times each optimizer step and its optimizer phase (gradient clipping included, as in
+        labkit's); reads its tokens and rewards off TRL's per-step log."""
 
-        start, seen = 0.0, 0
+        start, seen, backward_end = 0.0, 0, 0.0
 
         def on_step_begin(self, args, state, control, **kwargs):
             _synchronize(config.device)
             self.start = time.perf_counter()
 
+        def on_optimizer_step(self, args, state, control, **kwargs):
+            _synchronize(config.device)  # clipping and the step, since the last backward
+            clock.add("optimizer", time.perf_counter() - self.backward_end)
+
         def on_step_end(self, args, state, control, **kwargs):
             _synchronize(config.device)
             timings.seconds.append(time.perf_counter() - self.start)
             timings.trained.append(batch)
+            timings.phases.append(clock.lap(timings.seconds[-1]))
             between_steps()
 
         def on_log(self, args, state, control, logs=None, **kwargs):
@@ -221,19 +347,43 @@ def run_trl_with(config: TrainConfig, dataset, between_steps, reward_funcs=None)
                               args=run.args, train_dataset=dataset, processing_class=tokenizer,
                               callbacks=[StepTimer()])
         trainer.remove_callback(PrinterCallback)
-        generate = trainer._generate  # TRL's sampling of a step's completions, timed
+        # its phases: generate-and-score holds the sampling and the no-grad scoring forwards;
+        # the loss holds the training forward; backward runs in accelerate
+        clock.wrap(trainer, "_generate_and_score_completions", "other")
+        clock.wrap(trainer, "_generate", "sampling", inside="other")
+        clock.wrap(trainer, "_get_per_token_logps_and_entropies", "scoring forwards",
+                   inside="other")
+        clock.wrap(trainer, "compute_loss", "training forward+backward")
+        backward = trainer.accelerator.backward
 
-        def timed_generate(*args, **kwargs):
+        def timed_backward(*args, **kwargs):
             _synchronize(config.device)
             tic = time.perf_counter()
-            out = generate(*args, **kwargs)
+            backward(*args, **kwargs)
             _synchronize(config.device)
-            timings.generation_seconds.append(time.perf_counter() - tic)
+            StepTimer.backward_end = time.perf_counter()
+            clock.add("training forward+backward", StepTimer.backward_end - tic)
+
+        trainer.accelerator.backward = timed_backward
+        generate = trainer._generate  # the timed sampling, also kept per step
+
+        def counted_generate(*args, **kwargs):
+            before = clock.seconds["sampling"]
+            out = generate(*args, **kwargs)
+            timings.generation_seconds.append(clock.seconds["sampling"] - before)
             return out
 
-        trainer._generate = timed_generate
+        trainer._generate = counted_generate
         trainer.train()
     return model, timings, run.args
+
+
+def phase_line(phases: list[dict]) -> str:
+    """The median seconds per step of each phase, on one line."""
+    if not phases:
+        return "phases: none timed"
+    return "phases (median s/step): " + ", ".join(
+        f"{name} {statistics.median(p[name] for p in phases):.3f}" for name in PHASES)
 
 
 def reward_problem(name: str, timings: Timings, kept: slice) -> str | None:
@@ -270,6 +420,10 @@ def main(argv=None) -> int:
                              "of each group 1, half 0 (for random-weight models)")
     parser.add_argument("--only", default=None, choices=("labkit", "trl"),
                         help="run one trainer alone and report its peak GPU memory")
+    parser.add_argument("--decode", action="store_true",
+                        help="time sampling rounds on each decode loop instead (ms per decode "
+                             "step: the dynamic loop, the fixed-shape loop, its CUDA graph)")
+    parser.add_argument("--rounds", type=int, default=5, help="--decode: timed rounds per loop")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads for both (default 1: the tiny model's matmuls "
                              "gain little from more, and on a busy machine extra threads spin; "
@@ -283,6 +437,19 @@ def main(argv=None) -> int:
 
     dataset = load_split("train")
     dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
+    if args.decode:
+        machine = (f"{torch.get_num_threads()} threads" if args.device == "cpu"
+                   else torch.cuda.get_device_name())
+        print(f"decode loops on {machine}, {args.model} in {dtype}: {SETTINGS['prompts']} "
+              f"prompts x {SETTINGS['num_generations']}, max "
+              f"{SETTINGS['max_completion_length']} tokens, median of {args.rounds} rounds")
+        for row in decode_benchmark(args.model, args.device, dtype, SETTINGS["prompts"],
+                                    SETTINGS["num_generations"],
+                                    SETTINGS["max_completion_length"], args.rounds):
+            print(f"{row['loop']:>18}: {row['seconds']:.3f} s per round, {row['steps']} decode "
+                  f"steps, {row['ms_per_step']:.2f} ms per step, "
+                  f"{row['tokens_per_second']:,.0f} completion tokens/s")
+        return 0
     throughput = matmul_flops_per_second(device=args.device, dtype=getattr(torch, dtype))
     config = bench_config(args.model, args.steps + args.warmup, args.device, dtype)
     reward_funcs = [alternating_reward] if args.reward == "alternating" else None
@@ -332,6 +499,7 @@ def main(argv=None) -> int:
               f"{completion_tokens / rows:.1f} tokens; "
               f"{trained:.0%} of completions in the training forward; compute floor "
               f"{floor:.3f} s, {medians[name] / floor:.1f}x above it")
+        print(f"{'':>6}  {phase_line(timings.phases[kept])}")
         problem = reward_problem(name, timings, kept)
         if problem:
             problems.append(problem)

@@ -1,9 +1,12 @@
-"""labkit.bench: the labkit-vs-TRL benchmark refuses a ratio that no training step stands behind."""
+"""labkit.bench: the labkit-vs-TRL benchmark refuses a ratio that no training step stands behind,
+reports each step's phases, and times the decode loops."""
+
+import time
 
 import pytest
 import torch
 
-from labkit.bench import Timings, main, reward_problem
+from labkit.bench import PHASES, PhaseClock, Timings, main, reward_problem
 
 
 def timings(rewards, spreads) -> Timings:
@@ -35,6 +38,41 @@ def test_one_side_alone_on_the_cpu_reports_time_sampling_and_reward(capsys, keep
     assert "s/step" in line and "completion tokens/s" in line
     assert "mean reward 0.500" in line  # half of every group gets 1
     assert "ratio" not in out  # one side: no ratio
+    phases = out.splitlines()[out.splitlines().index(line) + 1]
+    assert all(f"{name} " in phases for name in PHASES), phases
+    assert float(phases.split("training forward+backward ")[1].split(",")[0]) > 0
+
+
+def test_the_phase_clock_splits_a_step_and_nests_only_where_told():
+    class Steps:
+        def outer(self):
+            time.sleep(0.03)
+            self.inner()
+
+        def inner(self):
+            time.sleep(0.02)
+
+        def loss(self):
+            self.inner()  # not "inside" the loss's phase: counts toward the loss
+
+    steps, clock = Steps(), PhaseClock("cpu")
+    clock.wrap(steps, "outer", "other")
+    clock.wrap(steps, "inner", "sampling", inside="other")
+    clock.wrap(steps, "loss", "training forward+backward")
+    steps.outer()
+    steps.loss()
+    phases = clock.lap(0.1)
+    assert 0.02 <= phases["sampling"] < 0.035
+    assert 0.02 <= phases["training forward+backward"] < 0.035
+    assert abs(sum(phases.values()) - 0.1) < 1e-9  # other is the rest of the step
+    assert clock.lap(1.0)["other"] == 1.0  # the clock starts over
+
+
+def test_the_decode_benchmark_times_each_loop_of_the_device(capsys, keep_threads):
+    assert main(["--decode", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "dynamic:" in out and "fixed, eager steps:" in out and "ms per step" in out
+    assert "CUDA graph" not in out  # not on a CPU
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")

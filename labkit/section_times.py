@@ -6,6 +6,7 @@ one CPU thread, times every code cell, and adds the times up per section::
 
     python -m labkit.section_times                   # every notebook in notebooks/
     python -m labkit.section_times 00 02_grpo        # the ones named (number, stem or path)
+    python -m labkit.section_times 00 --device cuda  # on the GPU (default: --device cpu)
 
 A section starts at a markdown heading of level two (``## ...``, outside fenced code); the cells
 before the first one form the ``setup`` section. Each cell's wall time runs from sending it to the
@@ -14,11 +15,23 @@ interval (a wall time well above the CPU time means the machine was busy with ot
 
 The kernel's environment gets ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` and ``LABKIT_THREADS`` set
 to 1, the Hugging Face offline switches, and ``LABKIT_STATIC=1`` (widgets draw their static figure,
-as under the notebook tests, ``notebooks/conftest.py``). Every cell has a timeout. The notebooks
-are read, never written: outputs stay in memory, unless ``--save-executed DIR`` asks for a copy of
-each notebook that ran cleanly (``--save-executed notebooks`` refreshes the committed outputs). The results go to a JSON file and a markdown
-table (``docs/teaching/section_times.json`` and ``.md`` by default) together with a description
-of the machine and the command that produced them. A notebook that fails is recorded with its
+as under the notebook tests, ``notebooks/conftest.py``). ``--device cpu`` also sets
+``CUDA_VISIBLE_DEVICES=""``, so that a notebook's ``device="auto"`` finds no GPU and the time is a
+CPU time even on a GPU machine; ``--device cuda`` leaves the GPUs visible and is refused where
+``torch.cuda`` is not available. Every cell has a timeout. The kernel each notebook needs (``--kernel``, else the
+notebook's own kernelspec) is checked against the installed kernels before anything runs.
+
+The notebooks are read, never written: outputs stay in memory, unless ``--save-executed DIR``
+asks for a copy of each notebook that ran cleanly (``--save-executed notebooks`` refreshes the
+committed outputs). The results go to a JSON file and a markdown table
+(``docs/teaching/section_times.json`` and ``.md`` by default), one record per notebook and
+device, each with the machine it ran on (CPU model and cores, the GPU's name for ``cuda``) and the
+command. A run merges into the report that is there: the records of the notebooks and the device
+it timed are replaced, every other record is kept, so timing one notebook leaves the other
+notebooks' times as they were. The report is rewritten after each notebook, so an interrupted or
+failing run keeps what it measured. The lab rewrites only its own report: an output file that is
+not one is refused before anything runs. The report of the previous format (one machine for the
+whole run, CPU times only) is read as CPU records. A notebook that fails is recorded with its
 error and the times of the cells that ran; the command then exits with status 1. The kernels
 listen on 127.0.0.1 only.
 """
@@ -32,12 +45,14 @@ import os
 import platform
 import re
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 import nbformat
+from jupyter_client.kernelspec import NATIVE_KERNEL_NAME, KernelSpecManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
@@ -52,6 +67,11 @@ DEFAULT_JSON = ROOT / "docs" / "teaching" / "section_times.json"
 DEFAULT_MARKDOWN = ROOT / "docs" / "teaching" / "section_times.md"
 DEFAULT_CELL_TIMEOUT = 900  # seconds; the notebook tests allow the same (pyproject.toml)
 SETUP = "setup"
+#: The devices a notebook can be timed on, in the report's column order.
+DEVICES = ("cpu", "cuda")
+#: The report's first markdown line: how a file is recognised as a report this command wrote.
+TITLE = "# Compute time per notebook section"
+REPORT_FORMAT = 2
 
 # One thread per kernel: the notebooks' tiny matrix products gain nothing from more, and a shared
 # machine's other work would otherwise make the times depend on how many cores were free.
@@ -64,6 +84,13 @@ KERNEL_ENV = {
     "TRANSFORMERS_OFFLINE": "1",
     "LABKIT_STATIC": "1",
 }
+
+
+
+def kernel_env(device: str) -> dict[str, str]:
+    """The variables a timing kernel gets: :data:`KERNEL_ENV`, and on ``cpu`` no visible GPU."""
+    return {**KERNEL_ENV, **({"CUDA_VISIBLE_DEVICES": ""} if device == "cpu" else {})}
+
 
 _LEVEL_TWO = re.compile(r"^ {0,3}##[ \t]+(\S.*?)(?:[ \t]+#+)?[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
@@ -131,9 +158,10 @@ class _CellClock:
 
 
 def execute_timed(path: Path, cell_timeout: float = DEFAULT_CELL_TIMEOUT,
-                  kernel_name: str | None = None,
+                  kernel_name: str | None = None, device: str = "cpu",
                   ) -> tuple[nbformat.NotebookNode, list[CellTime], str | None]:
-    """Execute the notebook at ``path`` in memory, in its own folder, timing every code cell.
+    """Execute the notebook at ``path`` in memory, in its own folder, timing every code cell;
+    the kernel's environment is :func:`kernel_env` of ``device``.
 
     Returns the executed notebook (outputs filled in, the file untouched), the cell times, and
     the error that stopped it (``None`` if every cell ran). A cell past ``cell_timeout`` seconds
@@ -151,7 +179,7 @@ def execute_timed(path: Path, cell_timeout: float = DEFAULT_CELL_TIMEOUT,
     client.on_cell_executed = clock.stop
     error = None
     try:
-        client.execute(env={**os.environ, **KERNEL_ENV})
+        client.execute(env={**os.environ, **kernel_env(device)})
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as err:  # keep what ran
         # a cell that raised has been timed already (last in the list); one that timed out or
         # killed the kernel is still running
@@ -193,11 +221,16 @@ def group_by_section(nb, times: list[CellTime]) -> list[dict]:
     return sections
 
 
-def notebook_record(path: Path, nb, times: list[CellTime], error: str | None) -> dict:
-    """The JSON record of one timed notebook."""
+def notebook_record(path: Path, nb, times: list[CellTime], error: str | None,
+                    device: str = "cpu", machine: dict | None = None, command: str = "",
+                    cell_timeout: float = DEFAULT_CELL_TIMEOUT) -> dict:
+    """The JSON record of one notebook timed on ``device`` (the machine and the command that
+    measured it included: a merged report holds records of several runs)."""
     sections = group_by_section(nb, times)
     cpu = [t.cpu_s for t in times]
-    return {"notebook": path.name, "status": "ok" if error is None else "error", "error": error,
+    return {"notebook": path.name, "device": device, "machine": machine, "command": command,
+            "cell_timeout_s": cell_timeout,
+            "status": "ok" if error is None else "error", "error": error,
             "wall_s": sum(t.wall_s for t in times),
             "cpu_s": None if None in cpu else sum(cpu),
             "sections": sections,
@@ -249,16 +282,57 @@ def _load_average() -> list[float] | None:
     return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
 
 
-def describe_machine() -> dict:
-    """CPU model, logical cores, memory, OS, Python and library versions, and the date (UTC)."""
+def describe_machine(device: str = "cpu") -> dict:
+    """CPU model, logical cores, memory, OS, Python and library versions, and the date (UTC);
+    for ``cuda`` also the GPU's name and memory and torch's CUDA version."""
     memory = _memory_gib()
-    return {"cpu": _cpu_model(), "logical_cores": os.cpu_count(),
-            "threads_per_kernel": int(KERNEL_ENV["OMP_NUM_THREADS"]),
-            "memory_gib": None if memory is None else round(memory, 1),
-            "os": platform.platform(), "python": platform.python_version(),
-            "torch": _version("torch"), "transformers": _version("transformers"),
-            "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "load_average_before": _load_average()}
+    machine = {"cpu": _cpu_model(), "logical_cores": os.cpu_count(),
+               "threads_per_kernel": int(KERNEL_ENV["OMP_NUM_THREADS"]),
+               "memory_gib": None if memory is None else round(memory, 1),
+               "os": platform.platform(), "python": platform.python_version(),
+               "torch": _version("torch"), "transformers": _version("transformers"),
+               "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+               "load_average_before": _load_average()}
+    if device == "cuda":
+        import torch
+
+        properties = torch.cuda.get_device_properties(0)
+        machine.update(gpu=properties.name, gpu_memory_gib=round(properties.total_memory / 2**30, 1),
+                       cuda=torch.version.cuda)
+    return machine
+
+
+def check_device(device: str) -> None:
+    """Refuse ``cuda`` where torch cannot reach a GPU (the notebooks would run on the CPU and
+    the report would call it a GPU time)."""
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            build = f"built with CUDA {torch.version.cuda}" if torch.version.cuda else (
+                "a build without CUDA")
+            raise ValueError(f"--device cuda: torch.cuda is not available here (torch "
+                             f"{torch.__version__}, {build}); time the notebooks on the CPU with "
+                             f"--device cpu, or run on a machine with an NVIDIA GPU")
+
+
+def check_kernels(paths: list[Path], kernel: str | None) -> None:
+    """Refuse, before anything runs, a kernel that is not installed: ``kernel`` (``--kernel``),
+    or else each notebook's own kernelspec (nbclient's default, ``python3``, without one)."""
+    installed = sorted(KernelSpecManager().find_kernel_specs())
+    listed = ", ".join(installed) or "none"
+    if kernel is not None:
+        if kernel not in installed:
+            raise ValueError(f"--kernel {kernel!r} is not installed (installed kernels: "
+                             f"{listed}); install it, or choose one of those")
+        return
+    for path in paths:
+        spec = nbformat.read(path, as_version=4).metadata.get("kernelspec") or {}
+        name = spec.get("name") or NATIVE_KERNEL_NAME
+        if name not in installed:
+            raise ValueError(f"notebook {path.name} asks for kernel {name!r} (its kernelspec), "
+                             f"which is not installed (installed kernels: {listed}); pass "
+                             f"--kernel with one of those")
 
 
 def resolve_notebooks(names: list[str], notebooks_dir: Path) -> list[Path]:
@@ -289,6 +363,77 @@ def resolve_notebooks(names: list[str], notebooks_dir: Path) -> list[Path]:
     return chosen
 
 
+def records_of(report: dict) -> list[dict]:
+    """The notebook records of a report, each with its device, machine, command and cell
+    timeout. The previous format (one machine and command for the whole run, CPU times only) is
+    read as CPU records of that machine."""
+    if report.get("format") == REPORT_FORMAT:
+        return list(report["notebooks"])
+    shared = {"device": "cpu", "machine": report.get("machine"),
+              "command": report.get("command", ""),
+              "cell_timeout_s": report.get("cell_timeout_s", DEFAULT_CELL_TIMEOUT)}
+    return [{**shared, **record} for record in report["notebooks"]]
+
+
+def load_report(path: Path) -> list[dict]:
+    """The records of the report at ``path`` ([] when there is none). A file that is not a
+    report of this command is refused: the lab never overwrites a file it did not write."""
+    if not path.exists():
+        return []
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+        records = records_of(report)
+        if not all(isinstance(r, dict) and isinstance(r["notebook"], str)
+                   and r["device"] in DEVICES for r in records):
+            raise TypeError("a record without a notebook or a known device")
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as err:
+        raise ValueError(f"--out-json {path} is not a report of python -m labkit.section_times "
+                         f"({type(err).__name__}: {err}); the lab never overwrites a file it "
+                         f"did not write: choose another --out-json") from None
+    return records
+
+
+def check_markdown_target(path: Path) -> None:
+    """Refuse a markdown output that exists and was not written by this command."""
+    if not path.exists():
+        return
+    try:
+        first = path.read_text(encoding="utf-8").split("\n", 1)[0]
+    except (OSError, UnicodeDecodeError) as err:
+        first = f"<unreadable: {err}>"
+    if first != TITLE:
+        raise ValueError(f"--out-md {path} is not a report of python -m labkit.section_times "
+                         f"(its first line is {first[:60]!r}, not {TITLE!r}); the lab never "
+                         f"overwrites a file it did not write: choose another --out-md")
+
+
+def merge_records(old: list[dict], new: list[dict]) -> list[dict]:
+    """``old`` with every record of a (notebook, device) in ``new`` replaced by the new one;
+    in notebook order, then :data:`DEVICES` order."""
+    fresh = {(r["notebook"], r["device"]): r for r in new}
+    kept = [r for r in old if (r["notebook"], r["device"]) not in fresh]
+    return sorted(kept + list(fresh.values()),
+                  key=lambda r: (r["notebook"], DEVICES.index(r["device"])))
+
+
+def write_report(records: list[dict], out_json: Path, out_md: Path) -> None:
+    """Write the report as JSON and markdown, each to a temporary file beside it, then renamed
+    over it (a reader never sees half a report)."""
+    report = {"format": REPORT_FORMAT, "notebooks": records}
+    for out, text in ((out_json, json.dumps(report, indent=1) + "\n"),
+                      (out_md, markdown_report(report))):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        handle, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.",
+                                        suffix=".labkit-tmp")
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(name, out)
+        except BaseException:
+            Path(name).unlink(missing_ok=True)
+            raise
+
+
 def _cell(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1f}"
 
@@ -297,42 +442,96 @@ def _escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _machine_line(device: str, machine: dict | None) -> str:
+    if not machine:
+        return "machine not recorded"
+    gpu = (f"{machine['gpu']} ({machine['gpu_memory_gib']} GiB, CUDA {machine['cuda']}) beside "
+           if device == "cuda" and machine.get("gpu") else "")
+    load = machine.get("load_average_before")
+    return (f"{gpu}{machine['cpu']}, {machine['logical_cores']} logical cores, "
+            f"{machine['memory_gib']} GiB of memory; {machine['os']}; Python {machine['python']}, "
+            f"torch {machine['torch']}, transformers {machine['transformers']}; "
+            f"{machine['threads_per_kernel']} CPU thread per kernel; load average (1, 5, 15 min) "
+            f"before: {', '.join(map(str, load)) if load else 'not available on this OS'}")
+
+
+def _runs(records: list[dict]) -> list[tuple[dict, list[str]]]:
+    """The runs behind the records: (a record of the run, its notebooks), in first-seen order."""
+    runs: dict[str, tuple[dict, list[str]]] = {}
+    for record in records:
+        key = json.dumps([record["device"], record["machine"], record["command"],
+                          record["cell_timeout_s"]], sort_keys=True)
+        runs.setdefault(key, (record, []))[1].append(record["notebook"])
+    return list(runs.values())
+
+
+def _status(measured: dict[str, dict]) -> str:
+    if all(r["error"] is None for r in measured.values()):
+        return "ok"
+    return "; ".join(f"{device}: " + ("ok" if r["error"] is None else
+                                      f"error: {_escape(r['error'])}")
+                     for device, r in measured.items())
+
+
+def _section_rows(measured: dict[str, dict]) -> list[tuple[str, dict[str, dict]]]:
+    """The sections of one notebook with each device's numbers, matched by title and by the
+    title's occurrence (a second "Summary" is another section); the first device's order."""
+    rows: dict[tuple[str, int], dict[str, dict]] = {}
+    for device, record in measured.items():
+        seen: dict[str, int] = {}
+        for section in record["sections"]:
+            occurrence = seen[section["title"]] = seen.get(section["title"], 0) + 1
+            rows.setdefault((section["title"], occurrence), {})[device] = section
+    return [(title, by_device) for (title, _), by_device in rows.items()]
+
+
 def markdown_report(report: dict) -> str:
-    """The report as markdown: how it was measured, a table per notebook and per section."""
-    m = report["machine"]
-    load = m["load_average_before"]
+    """The report as markdown: the runs and machines that measured it, a table of notebooks with
+    a column per device ("unmeasured" where a notebook was not timed on it), and a table of
+    sections per notebook."""
+    records = records_of(report)
     lines = [
-        "# Compute time per notebook section",
+        TITLE,
         "",
-        f"Measured with `{report['command']}` on {m['date']}.",
+        ("Written by `python -m labkit.section_times`, which merges each run into this report: "
+         "one record per notebook and device."),
         "",
-        (f"- machine: {m['cpu']}, {m['logical_cores']} logical cores, "
-         f"{m['memory_gib']} GiB of memory; {m['os']}"),
-        f"- software: Python {m['python']}, torch {m['torch']}, transformers {m['transformers']}",
-        (f"- one fresh kernel per notebook, {m['threads_per_kernel']} CPU thread per kernel "
-         "(`OMP_NUM_THREADS`, `MKL_NUM_THREADS`, `LABKIT_THREADS` = 1), `LABKIT_STATIC=1`, "
-         f"cell timeout {report['cell_timeout_s']:g} s"),
-        ("- load average (1, 5, 15 min) before the run: "
-         f"{', '.join(map(str, load)) if load else 'not available on this OS'}"),
-        "",
-        ("Wall seconds run from sending a code cell to the kernel's reply; CPU seconds are the "
-         "kernel process's user + system time over the same cells. Kernel start-up is not "
-         "included."),
-        "",
-        "| notebook | code cells run | wall s | CPU s | status |",
-        "|---|---|---|---|---|",
     ]
-    for nb in report["notebooks"]:
-        status = nb["status"] if nb["error"] is None else f"error: {_escape(nb['error'])}"
-        lines.append(f"| {nb['notebook']} | {len(nb['cells'])} | {_cell(nb['wall_s'])} | "
-                     f"{_cell(nb['cpu_s'])} | {status} |")
-    for nb in report["notebooks"]:
-        lines += ["", f"## {nb['notebook']}", "",
-                  "| section | code cells run | wall s | CPU s |", "|---|---|---|---|"]
-        for section in nb["sections"]:
-            lines.append(f"| {_escape(section['title'])} | {section['timed_cells']} of "
-                         f"{section['code_cells']} | {_cell(section['wall_s'])} | "
-                         f"{_cell(section['cpu_s'])} |")
+    for record, notebooks in _runs(records):
+        lines.append(f"- **{record['device']}**, {', '.join(notebooks)}: measured with "
+                     f"`{record['command']}` on "
+                     f"{(record['machine'] or {}).get('date', 'an unrecorded date')}, cell timeout "
+                     f"{record['cell_timeout_s']:g} s; {_machine_line(record['device'], record['machine'])}")
+    lines += [
+        "",
+        ("One fresh kernel per notebook, one CPU thread per kernel (`OMP_NUM_THREADS`, "
+         "`MKL_NUM_THREADS`, `LABKIT_THREADS` = 1), `LABKIT_STATIC=1`; on cpu the kernel sees no "
+         "GPU (`CUDA_VISIBLE_DEVICES=\"\"`). Wall seconds run from sending a code cell to the "
+         "kernel's reply; CPU seconds are the kernel process's user + system time over the same "
+         "cells. Kernel start-up is not included."),
+        "",
+        "| notebook | code cells run | " + " | ".join(f"{d} wall s | {d} CPU s" for d in DEVICES)
+        + " | status |",
+        "|---|---|" + "---|---|" * len(DEVICES) + "---|",
+    ]
+    by_notebook: dict[str, dict[str, dict]] = {}
+    for record in records:
+        by_notebook.setdefault(record["notebook"], {})[record["device"]] = record
+    for notebook, measured in by_notebook.items():
+        first = next(iter(measured.values()))
+        times = " | ".join(f"{_cell(measured[d]['wall_s'])} | {_cell(measured[d]['cpu_s'])}"
+                           if d in measured else "unmeasured | unmeasured" for d in DEVICES)
+        lines.append(f"| {notebook} | {len(first['cells'])} | {times} | {_status(measured)} |")
+    for notebook, measured in by_notebook.items():
+        lines += ["", f"## {notebook}", "",
+                  "| section | code cells run | " + " | ".join(f"{d} wall s" for d in DEVICES)
+                  + " |", "|---|---|" + "---|" * len(DEVICES)]
+        for title, sections in _section_rows(measured):
+            first = next(iter(sections.values()))
+            times = " | ".join(_cell(sections[d]["wall_s"]) if d in sections else "unmeasured"
+                               for d in DEVICES)
+            lines.append(f"| {_escape(title)} | {first['timed_cells']} of "
+                         f"{first['code_cells']} | {times} |")
     return "\n".join(lines) + "\n"
 
 
@@ -353,7 +552,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="notebooks to time: a number (02), a stem (02_grpo) or a path; "
                              "default: all")
     parser.add_argument("--notebooks-dir", type=Path, default=NOTEBOOKS_DIR)
-    parser.add_argument("--out-json", type=Path, default=DEFAULT_JSON)
+    parser.add_argument("--device", choices=DEVICES, default="cpu",
+                        help="where the notebooks compute: cpu (the kernel sees no GPU) or cuda")
+    parser.add_argument("--out-json", type=Path, default=DEFAULT_JSON,
+                        help="the report to merge into (created if missing)")
     parser.add_argument("--out-md", type=Path, default=DEFAULT_MARKDOWN)
     parser.add_argument("--cell-timeout", type=_positive_seconds, default=DEFAULT_CELL_TIMEOUT,
                         help="seconds one cell may run before the notebook is stopped")
@@ -364,19 +566,26 @@ def main(argv: list[str] | None = None) -> int:
                              "outputs, into DIR (maintainers: DIR=notebooks refreshes the "
                              "committed outputs in the same run)")
     args = parser.parse_args(argv)
-    try:
+    try:  # everything that can be refused is, before the first kernel starts
         paths = resolve_notebooks(args.notebooks, args.notebooks_dir)
+        check_device(args.device)
+        check_kernels(paths, args.kernel)
+        records = load_report(args.out_json)
+        check_markdown_target(args.out_md)
     except ValueError as err:
         parser.error(str(err))
     command = " ".join(["python -m labkit.section_times", *(argv if argv is not None
                                                             else sys.argv[1:])])
-    report = {"command": command, "machine": describe_machine(),
-              "cell_timeout_s": args.cell_timeout, "notebooks": []}
+    machine = describe_machine(args.device)
+    statuses = []
     for path in paths:
-        print(f"{path.name}: running", flush=True)
-        nb, times, error = execute_timed(path, args.cell_timeout, args.kernel)
-        record = notebook_record(path, nb, times, error)
-        report["notebooks"].append(record)
+        print(f"{path.name}: running on {args.device}", flush=True)
+        nb, times, error = execute_timed(path, args.cell_timeout, args.kernel, args.device)
+        record = notebook_record(path, nb, times, error, args.device, machine, command,
+                                 args.cell_timeout)
+        statuses.append(record["status"])
+        records = merge_records(records, [record])
+        write_report(records, args.out_json, args.out_md)  # after each notebook: kept if stopped
         if args.save_executed is not None and error is None:
             args.save_executed.mkdir(parents=True, exist_ok=True)
             nbformat.write(without_widget_state(nb), args.save_executed / path.name)
@@ -384,12 +593,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {section['wall_s']:7.1f} s  {section['title']}", flush=True)
         print(f"  {record['wall_s']:7.1f} s  total ({record['status']}"
               f"{': ' + error if error else ''})", flush=True)
-    for out in (args.out_json, args.out_md):
-        out.parent.mkdir(parents=True, exist_ok=True)
-    args.out_json.write_text(json.dumps(report, indent=1) + "\n")
-    args.out_md.write_text(markdown_report(report))
     print(f"wrote {args.out_json} and {args.out_md}")
-    return 0 if all(nb["status"] == "ok" for nb in report["notebooks"]) else 1
+    return 0 if all(status == "ok" for status in statuses) else 1
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ from labkit.section_times import (
 
 THREADS_CELL = ("import os\nimport torch\nprint(torch.get_num_threads())\n"
                 "print(os.environ['OMP_NUM_THREADS'], os.environ['MKL_NUM_THREADS'], "
-                "os.environ['LABKIT_THREADS'], os.environ['LABKIT_STATIC'])")
+                "os.environ['LABKIT_THREADS'], os.environ['LABKIT_STATIC'])\n"
+                "print(repr(os.environ.get('CUDA_VISIBLE_DEVICES')), torch.cuda.is_available())")
 
 
 def small_notebook():
@@ -75,10 +76,10 @@ def test_a_cell_with_two_headings_opens_two_sections():
     assert [(s["title"], s["wall_s"]) for s in sections] == [("A", 0.0), ("B", 1.0)]
 
 
-def test_thread_variables_reach_the_kernel(executed):
+def test_thread_variables_reach_the_kernel_and_a_cpu_kernel_sees_no_gpu(executed):
     assert executed["error"] is None
     printed = "".join(o.get("text", "") for o in executed["nb"].cells[1].outputs).split()
-    assert printed == ["1", "1", "1", "1", "1"]
+    assert printed == ["1", "1", "1", "1", "1", "''", "False"]
 
 
 def test_every_code_cell_is_timed_and_summed_per_section(executed):
@@ -131,11 +132,12 @@ def test_main_writes_json_and_markdown(tmp_path):
                    "--out-md", str(out_md), "--cell-timeout", "60"])
     assert status == 0
     report = json.loads(out_json.read_text())
-    assert report["command"].startswith("python -m labkit.section_times 07 ")
-    assert report["machine"]["threads_per_kernel"] == 1
-    assert report["machine"]["logical_cores"] >= 1
     [record] = report["notebooks"]
+    assert record["command"].startswith("python -m labkit.section_times 07 ")
+    assert record["machine"]["threads_per_kernel"] == 1
+    assert record["machine"]["logical_cores"] >= 1
     assert record["notebook"] == "07_tiny.ipynb" and record["status"] == "ok"
+    assert record["device"] == "cpu" and "gpu" not in record["machine"]
     assert [s["title"] for s in record["sections"]] == ["setup", "Only | one"]
     assert record["wall_s"] == pytest.approx(sum(s["wall_s"] for s in record["sections"]))
     text = out_md.read_text()
@@ -196,3 +198,154 @@ def test_saved_notebooks_drop_widget_state_but_keep_each_outputs_text():
     out = without_widget_state(nb)
     assert "widgets" not in out.metadata
     assert out.cells[0].outputs[0]["data"] == {"text/plain": "grpo: 100%"}
+
+
+# ---- a run merges into the report, saves as it goes, and refuses what it cannot do up front ------
+def old_format_report(*notebooks):
+    """A report as the committed one was written: one machine and command, CPU times only."""
+    return {"command": "python -m labkit.section_times", "cell_timeout_s": 900,
+            "machine": {"cpu": "Old CPU", "logical_cores": 2, "threads_per_kernel": 1,
+                        "memory_gib": 8.0, "os": "Linux", "python": "3.11.7", "torch": "2.13.0",
+                        "transformers": "5.24.0", "date": "2026-11-26 00:48 UTC",
+                        "load_average_before": [1.0, 1.0, 1.0]},
+            "notebooks": [{"notebook": name, "status": "ok", "error": None, "wall_s": wall,
+                           "cpu_s": wall, "sections": [
+                               {"title": "setup", "first_cell": 0, "code_cells": 1,
+                                "timed_cells": 1, "wall_s": wall, "cpu_s": wall}],
+                           "cells": [{"index": 0, "wall_s": wall, "cpu_s": wall}]}
+                          for name, wall in notebooks]}
+
+
+def folder_with(tmp_path, **cells):
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    for stem, source in cells.items():
+        nbformat.write(new_notebook(cells=[new_code_cell(source)]), folder / f"{stem}.ipynb")
+    return folder
+
+
+def test_one_notebook_merges_into_the_report_and_keeps_the_others(tmp_path):
+    """Timing one notebook used to replace the committed eleven-notebook report with itself."""
+    folder = folder_with(tmp_path, **{"01_small": "x = 1"})
+    out_json, out_md = tmp_path / "times.json", tmp_path / "times.md"
+    out_json.write_text(json.dumps(old_format_report(("00_tour.ipynb", 22.0),
+                                                     ("01_small.ipynb", 99.0))))
+    status = main(["01", "--notebooks-dir", str(folder), "--out-json", str(out_json),
+                   "--out-md", str(out_md), "--cell-timeout", "60"])
+    assert status == 0
+    report = json.loads(out_json.read_text())
+    tour, small = report["notebooks"]
+    assert (tour["notebook"], tour["wall_s"], tour["device"]) == ("00_tour.ipynb", 22.0, "cpu")
+    assert tour["machine"]["cpu"] == "Old CPU" and tour["command"] == "python -m labkit.section_times"
+    assert small["notebook"] == "01_small.ipynb" and small["wall_s"] < 99.0
+    assert small["machine"]["cpu"] != "Old CPU"
+    text = out_md.read_text()
+    assert "| 00_tour.ipynb | 1 | 22.0 | 22.0 | unmeasured | unmeasured | ok |" in text
+    assert "**cpu**, 00_tour.ipynb: measured with `python -m labkit.section_times` on " \
+           "2026-11-26 00:48 UTC" in text
+    assert markdown_report(report) == text
+
+
+def test_the_report_is_written_after_each_notebook(tmp_path):
+    """The report used to be written at the end only: a failure later lost every time."""
+    out_json = tmp_path / "times.json"
+    reads_the_report = (f"import json\nrecords = json.load(open({str(out_json)!r}))['notebooks']\n"
+                        f"assert [r['notebook'] for r in records] == ['01_first.ipynb']")
+    folder = folder_with(tmp_path, **{"01_first": "x = 1", "02_second": reads_the_report})
+    status = main(["--notebooks-dir", str(folder), "--out-json", str(out_json),
+                   "--out-md", str(tmp_path / "times.md"), "--cell-timeout", "60"])
+    records = json.loads(out_json.read_text())["notebooks"]
+    assert [(r["notebook"], r["error"]) for r in records] == [("01_first.ipynb", None),
+                                                              ("02_second.ipynb", None)]
+    assert status == 0
+
+
+@pytest.mark.parametrize(("argv", "kernelspec", "message"), [
+    (["--kernel", "julia-1.9"], "python3",
+     r"--kernel 'julia-1.9' is not installed \(installed kernels: .*python3"),
+    ([], "ir", (r"notebook 01_small.ipynb asks for kernel 'ir' \(its kernelspec\), which is "
+                r"not installed \(installed kernels: .*python3.*\); pass --kernel"))])
+def test_a_kernel_that_is_not_installed_is_refused_before_anything_runs(tmp_path, capsys, argv,
+                                                                        kernelspec, message):
+    """A missing kernel used to stop the run with a raw NoSuchKernel traceback."""
+    import re
+
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    nbformat.write(new_notebook(cells=[new_code_cell("1")], metadata={"kernelspec": {
+        "name": kernelspec, "display_name": kernelspec, "language": "python"}}),
+        folder / "01_small.ipynb")
+    out_json, out_md = tmp_path / "t.json", tmp_path / "t.md"
+    with pytest.raises(SystemExit) as stopped:
+        main(["--notebooks-dir", str(folder), "--out-json", str(out_json), "--out-md",
+              str(out_md), *argv])
+    assert stopped.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert not out_json.exists() and not out_md.exists()
+
+
+@pytest.mark.parametrize(("flag", "name", "content"), [
+    ("--out-json", "grades.json", '{"ada": "A"}'), ("--out-json", "times.json", "not json"),
+    ("--out-md", "notes.md", "# My notes\n")])
+def test_an_output_file_that_is_not_a_report_is_refused_and_kept(tmp_path, capsys, flag, name,
+                                                                 content):
+    folder = folder_with(tmp_path, **{"01_small": "x = 1"})
+    path = tmp_path / name
+    path.write_text(content)
+    outputs = {"--out-json": str(tmp_path / "t.json"), "--out-md": str(tmp_path / "t.md"),
+               flag: str(path)}
+    with pytest.raises(SystemExit):
+        main(["--notebooks-dir", str(folder), *[a for pair in outputs.items() for a in pair]])
+    assert f"{flag} {path} is not a report of python -m labkit.section_times" in \
+        capsys.readouterr().err
+    assert path.read_text() == content
+
+
+def test_the_markdown_has_a_column_per_device():
+    from labkit.section_times import records_of
+
+    cpu = records_of(old_format_report(("00_tour.ipynb", 20.0), ("01_ppo.ipynb", 180.0)))
+    gpu = {**cpu[1], "device": "cuda", "wall_s": 30.0, "cpu_s": 29.0,
+           "machine": {**cpu[1]["machine"], "gpu": "NVIDIA H100", "gpu_memory_gib": 79.1,
+                       "cuda": "12.8"},
+           "sections": [{**cpu[1]["sections"][0], "wall_s": 30.0}]}
+    text = markdown_report({"format": 2, "notebooks": [*cpu, gpu]})
+    assert "| notebook | code cells run | cpu wall s | cpu CPU s | cuda wall s | cuda CPU s |" in text
+    assert "| 00_tour.ipynb | 1 | 20.0 | 20.0 | unmeasured | unmeasured | ok |" in text
+    assert "| 01_ppo.ipynb | 1 | 180.0 | 180.0 | 30.0 | 29.0 | ok |" in text
+    assert "| setup | 1 of 1 | 180.0 | 30.0 |" in text
+    assert "- **cuda**, 01_ppo.ipynb: " in text and "NVIDIA H100 (79.1 GiB, CUDA 12.8)" in text
+
+
+def test_kernel_env_hides_the_gpus_on_cpu_only():
+    from labkit.section_times import kernel_env
+
+    assert kernel_env("cpu")["CUDA_VISIBLE_DEVICES"] == ""
+    assert "CUDA_VISIBLE_DEVICES" not in kernel_env("cuda")
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(cuda_available(), reason="this machine has a GPU")
+def test_cuda_is_refused_where_torch_has_no_gpu(tmp_path, capsys):
+    folder = folder_with(tmp_path, **{"01_small": "x = 1"})
+    with pytest.raises(SystemExit):
+        main(["--device", "cuda", "--notebooks-dir", str(folder), "--out-json",
+              str(tmp_path / "t.json"), "--out-md", str(tmp_path / "t.md")])
+    assert "--device cuda: torch.cuda is not available here" in capsys.readouterr().err
+    assert not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.skipif(not cuda_available(), reason="needs an NVIDIA GPU")
+def test_a_cuda_run_records_the_gpu_and_its_kernel_sees_it(tmp_path):
+    folder = folder_with(tmp_path, **{"01_small": "import torch\nassert torch.cuda.is_available()"})
+    out_json = tmp_path / "t.json"
+    assert main(["--device", "cuda", "--notebooks-dir", str(folder), "--out-json",
+                 str(out_json), "--out-md", str(tmp_path / "t.md"), "--cell-timeout", "120"]) == 0
+    [record] = json.loads(out_json.read_text())["notebooks"]
+    assert record["device"] == "cuda" and record["error"] is None
+    assert record["machine"]["gpu"]

@@ -24,8 +24,9 @@ Everything listens on 127.0.0.1 only; every request and wait has a timeout; on e
 Ctrl-C, SIGTERM or a failure, the hub is stopped (which stops the servers and the proxy), any
 process it left is killed and the temporary folder (hub database, homes) is deleted.
 
-Needs ``jupyterhub`` (pip) and ``configurable-http-proxy`` (npm) and runs on Linux or macOS;
-JupyterHub does not run on Windows.
+Needs ``jupyterhub`` (``pip install -c requirements-lock.txt -e ".[hub]"``) and
+``configurable-http-proxy`` (npm) and runs on Linux or macOS; JupyterHub does not run on Windows.
+Every number on the command line is checked before anything starts.
 """
 
 from __future__ import annotations

@@ -1,17 +1,23 @@
 """The classroom deployment in deploy/: shipped configs, the Binder and image files, the link helper,
-and (slow) a real JupyterHub on 127.0.0.1 with three students training at the same time.
+the admin's setup, and real JupyterHubs on 127.0.0.1: a sign-up under the admin's name, and (slow)
+three students training at the same time.
 
 The fast tests read the shipped files: the one-server JupyterHub config (loaded with traitlets'
 config loader, and every setting checked against the trait it sets where JupyterHub,
 NativeAuthenticator and SystemdSpawner are installed), the Zero to JupyterHub values (same sizes,
-threads and culling as the one-server config), the Dockerfile and ``.binder/`` (the CPU build of
-torch, pinned to the lock's version when the lock exists) and the nbgitpuller link helper.
+threads and culling as the one-server config; the admin a required name, by role), the Dockerfile
+and ``.binder/`` (the CPU build of torch, pinned to the lock's version when the lock exists), the
+nbgitpuller link helper (no credentials in the link) and the measurement's command line.
 
-The slow test runs ``deploy/measure_hub.py --students 3 --steps 2``: a throwaway hub and proxy,
-three students logged in through the login form, their servers started through the hub, and each
-running notebook 00's setup cells and a 2-step version of notebook 02's live GRPO run over the
-kernel websocket, all at once. It skips, saying why, where jupyterhub or configurable-http-proxy
-is missing (``pip install jupyterhub``; ``npm install -g configurable-http-proxy``) or on Windows.
+Two hubs with the shipped config's NativeAuthenticator settings: without the teacher's setup a
+stranger's sign-up under the admin's name cannot log in; after ``deploy/hub_admin.py`` the name
+is taken and the teacher approves a student. The slow test runs ``deploy/measure_hub.py
+--students 3 --steps 2``: a throwaway hub and proxy, three students logged in through the login
+form, their servers started through the hub, and each running notebook 00's setup cells and a
+2-step version of notebook 02's live GRPO run over the kernel websocket, all at once. The hub
+tests skip, saying why, where jupyterhub, nativeauthenticator or configurable-http-proxy is
+missing (``pip install -e '.[hub]'``; ``npm install -g configurable-http-proxy``; .ci/run installs
+both) or on Windows.
 """
 
 from __future__ import annotations

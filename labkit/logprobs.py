@@ -127,6 +127,7 @@ def logprobs_and_entropy(
     temperature: float = 1.0,
     with_entropy: bool = True,
     chunk_size: int | None = None,
+    check_tokens: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     r"""Log-probability of each chosen token and the entropy of each next-token distribution.
 
@@ -158,6 +159,8 @@ def logprobs_and_entropy(
             ratio to the behaviour policy is not 1 on-policy.
         with_entropy: compute ``H`` in the same pass (costs one extra softmax per chunk).
         chunk_size: rows of (B*T) per chunk; default keeps a chunk near 2**24 float32 elements.
+        check_tokens: refuse tokens outside ``[0, V)``. The check reads two numbers back from
+            the device (a GPU sync); the trainer, whose tokens are the sampler's, skips it.
 
     Edge cases: padded positions get a finite value (mask them out downstream); a temperature
     different from 1 scales logits before the softmax, so ``logp`` is that of the tempered policy.
@@ -180,7 +183,7 @@ def logprobs_and_entropy(
         chunk_size = max(1, _CHUNK_ELEMENTS // max(vocab, 1))
     if int(chunk_size) < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
-    if tokens.numel() > 0:
+    if check_tokens and tokens.numel() > 0:
         lo, hi = torch.aminmax(tokens)
         lo, hi = int(lo), int(hi)
         if lo < 0 or hi >= vocab:
@@ -199,6 +202,7 @@ def token_logprobs(
     tokens: torch.Tensor,
     temperature: float = 1.0,
     chunk_size: int | None = None,
+    check_tokens: bool = True,
 ) -> torch.Tensor:
     r"""``log pi(y_t | s_t)`` for each token: :func:`logprobs_and_entropy` without the entropy.
 
@@ -214,7 +218,8 @@ def token_logprobs(
     tokens[..., None])[..., 0]`` and to TRL's ``selective_log_softmax``.
     """
     return logprobs_and_entropy(
-        logits, tokens, temperature, with_entropy=False, chunk_size=chunk_size
+        logits, tokens, temperature, with_entropy=False, chunk_size=chunk_size,
+        check_tokens=check_tokens,
     )[0]
 
 

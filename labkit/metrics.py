@@ -131,13 +131,30 @@ class StepStats:
 
     def result(self) -> dict:
         row = dict(self.counts)
+        pending = {}  # the means and their denominators, read from the device together
         for name, total in self.sums.items():
             weight = self.weights[name]
             denominator = self.optimizer_steps if weight is None else weight
-            row[name] = float(total / denominator) if float(denominator) > 0 else math.nan
+            pending["denominator", name] = denominator
+            if (isinstance(total, torch.Tensor) or isinstance(denominator, torch.Tensor)
+                    or denominator > 0):
+                pending["mean", name] = total / denominator  # on the device for tensors
+        read = _read_all(pending)
+        for name in self.sums:
+            row[name] = float(read["mean", name]) if read["denominator", name] > 0 else math.nan
         for name in ALWAYS_LOGGED:
             row.setdefault(name, math.nan)
         return row
+
+
+def _read_all(values: dict) -> dict:
+    """``values`` with every tensor among them read to a Python number in one transfer (exact:
+    float32 and integer values are carried in float64)."""
+    tensors = {name: v for name, v in values.items() if isinstance(v, torch.Tensor)}
+    if not tensors:
+        return values
+    numbers = torch.stack([v.detach().reshape(()).double() for v in tensors.values()]).tolist()
+    return {**values, **dict(zip(tensors, numbers))}
 
 
 __all__ = ["ALWAYS_LOGGED", "METRICS", "TIMING_COLUMNS", "StepStats", "describe"]

@@ -88,14 +88,15 @@ def completion_outputs(call, batch, share_prompts: bool = True) -> torch.Tensor:
 def completion_logprobs(model, batch, temperature: float, share_prompts: bool = True):
     """Log-probs (b, l) of the completion tokens at ``temperature`` (no entropy)."""
     logits = completion_outputs(policy_call(model), batch, share_prompts)
-    return token_logprobs(logits, batch.completion_ids, temperature)
+    return token_logprobs(logits, batch.completion_ids, temperature, check_tokens=False)
 
 
 def completion_logprobs_and_entropy(model, batch, temperature: float,
                                     share_prompts: bool = True):
     """Log-probs and entropies (b, l) of the completion tokens at ``temperature``."""
     logits = completion_outputs(policy_call(model), batch, share_prompts)
-    return logprobs_and_entropy(logits, batch.completion_ids, temperature)
+    # the tokens are the sampler's, in the model's range: no range check (a read from the GPU)
+    return logprobs_and_entropy(logits, batch.completion_ids, temperature, check_tokens=False)
 
 
 def completion_values(critic, batch, share_prompts: bool = True) -> torch.Tensor:
@@ -117,8 +118,9 @@ def length_packed_micro_batches(prompt_lengths: torch.Tensor, completion_lengths
     order = (prompt_lengths + completion_lengths).argsort(stable=True)
     overhead = FORWARD_COST_IN_TOKENS.get(device_type, FORWARD_COST_IN_TOKENS["cuda"])
     batches, current, width = [], [], (0, 0)
-    for i in order.tolist():
-        p, c = int(prompt_lengths[i]), int(completion_lengths[i])
+    # one read from the device for every row (each int() of an element would be one sync)
+    rows = torch.stack([order, prompt_lengths[order], completion_lengths[order]], 1).tolist()
+    for i, p, c in rows:
         wider = (max(width[0], p), max(width[1], c))
         padding = len(current) * (sum(wider) - sum(width))
         if current and (len(current) == cap or padding > overhead):

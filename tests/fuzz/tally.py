@@ -22,20 +22,24 @@ from fuzz.harness import GOOD, OUTCOMES, run_case
 
 def all_cases(slow: bool):
     from fuzz import (
+        agents,
         checkpoints,
+        classroom,
+        data_rewards,
         deploy,
         doctor,
         exercises,
         memory,
         preflight,
         specs,
+        trl_in,
         trl_rewards,
         trl_settings,
         verifiers,
     )
 
     modules = (specs, trl_settings, trl_rewards, verifiers, memory, doctor, checkpoints,
-               exercises, preflight, deploy)
+               exercises, preflight, deploy, classroom, data_rewards, agents, trl_in)
     return [case for module in modules for case in module.cases() if slow or not case.slow]
 
 

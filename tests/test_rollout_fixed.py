@@ -255,7 +255,7 @@ def test_cuda_fixed_greedy_matches_the_dynamic_loop(cuda_tiny, prompts):
 
 
 @cuda
-def test_a_captured_step_is_reused_and_reads_weights_updated_in_place(cuda_tiny, prompts):
+def test_cuda_a_captured_step_is_reused_and_reads_weights_updated_in_place(cuda_tiny, prompts):
     model, tokenizer = cuda_tiny
     model = copy.deepcopy(model)
     cuda_rollout(model, tokenizer, prompts, greedy=True)
@@ -282,7 +282,7 @@ def test_cuda_decoding_never_runs_cudnn_attention(cuda_tiny, prompts):
 
 
 @cuda
-def test_lora_adapters_are_not_captured(cuda_tiny):
+def test_cuda_lora_adapters_are_not_captured(cuda_tiny):
     from labkit.lora import wrap_with_lora
 
     model, _ = cuda_tiny

@@ -169,11 +169,16 @@ def static_cache_problem(model) -> str | None:
     if kinds != {"full_attention"}:
         return (f"{name} has {sorted(kinds)} layers; the fixed loop drives full-attention cache "
                 f"layers only")
-    from transformers.cache_utils import StaticLayer
+    try:
+        from transformers.cache_utils import StaticLayer
 
-    if not hasattr(StaticLayer(max_cache_len=1), "cumulative_length"):
-        return ("this transformers' StaticLayer keeps no cumulative_length counter (labkit "
-                "drives transformers 5.17 to 5.24's)")
+        counted = hasattr(StaticLayer(max_cache_len=1), "cumulative_length")
+    except (ImportError, TypeError):
+        counted = False
+    if not counted:
+        return ("this transformers' static cache layer is not the one labkit drives (a "
+                "StaticLayer(max_cache_len) with a cumulative_length counter, transformers "
+                "5.17 to 5.24)")
     return None
 
 
@@ -219,18 +224,19 @@ class _Workspace:
     input ids and positions, the key mask, the write column and the logits, all at fixed
     addresses, and (on CUDA) the captured decode step."""
 
-    def __init__(self, model, rows: int, length: int, dtype: torch.dtype, device):
+    def __init__(self, model, rows: int, length: int, vocab: int, dtype: torch.dtype, device):
         from transformers import StaticCache
 
         config = model.config.get_text_config(decoder=True) if hasattr(
             model.config, "get_text_config") else model.config
-        self.model, self.rows, self.length = model, rows, length
+        # no reference to the model: the per-model cache of workspaces holds it weakly
+        self.rows, self.length = rows, length
         self.cache = StaticCache(config=config, max_cache_len=length)
         self.ids = torch.zeros((rows, 1), dtype=torch.long, device=device)
         self.positions = torch.zeros((rows, 1), dtype=torch.long, device=device)
         self.key_mask = torch.zeros((rows, length), dtype=torch.bool, device=device)
         self.column = torch.zeros(1, dtype=torch.long, device=device)
-        self.logits = torch.zeros((rows, config.vocab_size), dtype=torch.float32, device=device)
+        self.logits = torch.zeros((rows, vocab), dtype=torch.float32, device=device)
         self.eager_mask = config._attn_implementation == "eager"
         self.min_value = torch.finfo(dtype).min
         self.dtype = dtype
@@ -254,40 +260,41 @@ class _Workspace:
         self.column.fill_(width)
         self.positions.copy_(next_positions[:, None])
 
-    def step(self) -> None:
-        """One decode step on the buffers: switch on the column being written, run the model on
-        ``ids`` at ``positions``, keep the last logits, advance the counters. Every shape and
-        address is the same at every step, so this can be captured."""
+    def step(self, model) -> None:
+        """One decode step of ``model`` on the buffers: switch on the column being written, run
+        the model on ``ids`` at ``positions``, keep the last logits, advance the counters. Every
+        shape and address is the same at every step, so this can be captured."""
         self.key_mask.index_fill_(1, self.column, True)
         mask = self.key_mask[:, None, None, :]
         if self.eager_mask:  # eager attention adds its mask: 0 where allowed, the minimum elsewhere
             mask = torch.zeros(mask.shape, dtype=self.dtype, device=mask.device).masked_fill(
                 ~mask, self.min_value)
-        out = self.model(input_ids=self.ids, attention_mask=mask, position_ids=self.positions,
+        out = model(input_ids=self.ids, attention_mask=mask, position_ids=self.positions,
                          **cache_kwargs(self.cache))
         self.logits.copy_(out.logits[:, -1])
         self.column.add_(1)
         self.positions.add_(1)
 
-    def capture(self) -> None:
+    def capture(self, model) -> None:
         """Capture :meth:`step` as a CUDA graph (after warm-up steps on a side stream, as CUDA
         graphs require). The warm-up writes into the buffers; :meth:`load` resets them."""
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):
-                self.step()
+                self.step(model)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            self.step()
+            self.step(model)
         self.graph = graph
 
-    def run(self) -> None:
+    def run(self, model) -> None:
+        """One decode step: the captured one replayed, else :meth:`step`."""
         if self.graph is not None:
             self.graph.replay()
         else:
-            self.step()
+            self.step(model)
 
 
 _WORKSPACES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -296,22 +303,22 @@ _WORKSPACES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _CAPTURE_FAILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _workspace(model, rows: int, length: int, graph: bool) -> _Workspace:
+def _workspace(model, rows: int, length: int, vocab: int, graph: bool) -> _Workspace:
     """A workspace for this shape: a new one without a graph, or the model's captured one for
     the shape (captured now if new). A graph reads the weights at their addresses, so the key
     includes every parameter's address: weights updated in place (an optimizer step) are seen
     by the next replay; weights moved or replaced get a new capture."""
     param = next(model.parameters())
     if not graph:
-        return _Workspace(model, rows, length, param.dtype, param.device)
-    key = (rows, length, param.dtype, tuple(p.data_ptr() for p in model.parameters()))
+        return _Workspace(model, rows, length, vocab, param.dtype, param.device)
+    key = (rows, length, vocab, param.dtype, tuple(p.data_ptr() for p in model.parameters()))
     cached = _WORKSPACES.setdefault(model, {})
     if key in cached:
         cached[key] = cached.pop(key)  # most recently used last
         return cached[key]
     while len(cached) >= GRAPHS_PER_MODEL:
         cached.pop(next(iter(cached)))
-    workspace = _Workspace(model, rows, length, param.dtype, param.device)
+    workspace = _Workspace(model, rows, length, vocab, param.dtype, param.device)
     cached[key] = workspace
     return workspace
 
@@ -371,11 +378,11 @@ def decode_fixed(model, prefill_cache, logits, prompt_mask, next_positions, *, r
     cuda_graph = cuda_graph and model not in _CAPTURE_FAILED
     if cuda_graph:
         length = -(-length // GRAPH_LENGTH_BUCKET) * GRAPH_LENGTH_BUCKET
-    workspace = _workspace(model, rows, length, cuda_graph)
+    workspace = _workspace(model, rows, length, logits.size(-1), cuda_graph)
     if cuda_graph and workspace.graph is None:
         workspace.load(prefill_cache, repeats, prompt_mask, next_positions)
         try:
-            workspace.capture()
+            workspace.capture(model)
         except RuntimeError as error:  # e.g. a forward that reads a value back to the host
             _CAPTURE_FAILED[model] = str(error)
             _WORKSPACES.pop(model, None)
@@ -383,7 +390,7 @@ def decode_fixed(model, prefill_cache, logits, prompt_mask, next_positions, *, r
                           f"captured as a CUDA graph ({error}); it decodes with eager steps "
                           f"from now on. Set cuda_graphs=False to skip the attempt.",
                           stacklevel=3)
-            workspace = _workspace(model, rows, length, False)
+            workspace = _workspace(model, rows, length, logits.size(-1), False)
     workspace.load(prefill_cache, repeats, prompt_mask, next_positions)
     workspace.logits.copy_(logits)
 
@@ -420,7 +427,7 @@ def decode_fixed(model, prefill_cache, logits, prompt_mask, next_positions, *, r
         if step + 1 == max_completion_length:
             break
         workspace.ids.copy_(torch.where(alive, token, pad_id)[:, None])
-        workspace.run()
+        workspace.run(model)
     return tokens, logps, entropies, finished_at
 
 

@@ -8,7 +8,9 @@ height, which sum in another order (measured: at most 1.1e-5 on these cases).
 """
 
 import copy
+import gc
 import warnings
+import weakref
 from contextlib import nullcontext
 
 import pytest
@@ -295,17 +297,17 @@ def test_cuda_lora_adapters_are_not_captured(cuda_tiny):
 class StepReplay:
     """Stands in for a CUDA graph on the CPU: replays the workspace's eager step."""
 
-    def __init__(self, workspace):
-        self.workspace = workspace
+    def __init__(self, workspace, model):
+        self.workspace, self.model = workspace, weakref.ref(model)  # as a graph: no reference
 
     def replay(self):
-        self.workspace.step()
+        self.workspace.step(self.model())
 
 
-def capture_on_the_cpu(workspace):
+def capture_on_the_cpu(workspace, model):
     for _ in range(2):  # the warm-up's writes, which the next load must undo
-        workspace.step()
-    workspace.graph = StepReplay(workspace)
+        workspace.step(model)
+    workspace.graph = StepReplay(workspace, model)
 
 
 @pytest.fixture
@@ -344,12 +346,25 @@ def test_a_captured_workspace_is_reloaded_for_every_call(shipped_tiny, captured)
     assert len(decode._WORKSPACES[model]) == 1
 
 
+def test_a_models_captured_workspaces_keep_it_alive_no_longer_than_its_user(shipped_tiny,
+                                                                          captured):
+    model, tokenizer = shipped_tiny
+    model = copy.deepcopy(model)
+    generate(model, tokenizer, load_split("train").select(range(2))["prompt"], num_generations=2,
+             max_completion_length=8)
+    assert len(decode._WORKSPACES[model]) == 1
+    gone = weakref.ref(model)
+    del model
+    gc.collect()
+    assert gone() is None  # its static cache, buffers and graph went with it
+
+
 def test_a_capture_that_fails_warns_once_and_decodes_eagerly(shipped_tiny, captured,
                                                              monkeypatch):
     model, tokenizer = shipped_tiny
     model = copy.deepcopy(model)
 
-    def fails(workspace):
+    def fails(workspace, model):
         raise RuntimeError("operation not permitted when stream is capturing")
 
     monkeypatch.setattr(decode._Workspace, "capture", fails)

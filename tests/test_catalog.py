@@ -100,7 +100,7 @@ def test_entry_fields_are_well_formed(method):
 
 
 #: TrainConfig fields that are not a method's switch: the model, the machine, batch sizes,
-#: the optimiser, evaluation and checkpoints. Every other field must switch a catalog method.
+#: the optimiser, the sampler's decode loop, evaluation and checkpoints. Every other field must switch a catalog method.
 GENERIC_FIELDS = {
     "model_name_or_path", "device", "dtype", "gradient_checkpointing", "seed", "prompts_per_step",
     "num_generations", "max_completion_length", "top_p", "top_k", "reward_weights",
@@ -119,7 +119,7 @@ GENERIC_FIELDS = {
     "exploration_gamma", "ref_reset_patience", "curriculum_ratio", "prioritized_floor",
     "multitask_lambda", "multitask_lr",
     "use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "use_rslora",
-    "use_dora",
+    "use_dora", "decode_path", "cuda_graphs",
 }
 
 

@@ -349,3 +349,38 @@ def test_a_cuda_run_records_the_gpu_and_its_kernel_sees_it(tmp_path):
     [record] = json.loads(out_json.read_text())["notebooks"]
     assert record["device"] == "cuda" and record["error"] is None
     assert record["machine"]["gpu"]
+
+
+# ---- the README's and the guide's table come from the report ----------------------------------
+def test_the_readme_and_the_guide_show_the_committed_report():
+    """Re-timing a notebook without re-rendering the pages fails here, naming the page."""
+    table = section_times.summary_table(section_times.load_report(section_times.DEFAULT_JSON))
+    for page in section_times.SUMMARY_PAGES:
+        text = page.read_text(encoding="utf-8")
+        assert section_times.with_summary(text, table, page) == text, (
+            f"{page.name}'s notebook times differ from section_times.json: run "
+            f"python -m labkit.section_times --render")
+
+
+def test_the_summary_names_each_machine_and_marks_unmeasured_devices():
+    records = section_times.load_report(section_times.DEFAULT_JSON)
+    table = section_times.summary_table(records)
+    assert "one GPU: not measured yet" in table or "beside" in table
+    first = records[0]
+    assert f"| `{first['notebook']}` | {first['wall_s'] / 60:.1f} |" in table
+
+
+def test_render_rewrites_only_between_the_markers_and_refuses_a_page_without_them(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(f"before\n{section_times.SUMMARY_BEGIN}\nold\n{section_times.SUMMARY_END}\n"
+                    "after\n", encoding="utf-8")
+    records = section_times.load_report(section_times.DEFAULT_JSON)
+    section_times.write_summaries(records, pages=[page])
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("before\n") and text.endswith(f"{section_times.SUMMARY_END}\nafter\n")
+    assert "old" not in text and section_times.summary_table(records) in text
+    bare = tmp_path / "bare.md"
+    bare.write_text("no markers\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="bare.md has no generated notebook-times block"):
+        section_times.write_summaries(records, pages=[bare])
+    assert bare.read_text(encoding="utf-8") == "no markers\n"

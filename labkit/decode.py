@@ -85,8 +85,11 @@ CHECK_EVERY = 8
 #: Static-cache lengths under a CUDA graph are rounded up to a multiple of this, so rounds whose
 #: prompts differ by a few tokens replay the same captured step instead of capturing another.
 GRAPH_LENGTH_BUCKET = 64
-#: Captured steps kept per model (each holds its own static cache and buffers).
-GRAPHS_PER_MODEL = 4
+#: Captured steps kept per model, most recently used first: a run's training batch and its
+#: evaluation batch. Each keeps its static KV cache allocated between calls (a graph replays at
+#: fixed addresses), so on a GPU the cache that :func:`labkit.memory.memory_plan` counts in the
+#: sampling phase stays allocated while the step trains.
+GRAPHS_PER_MODEL = 2
 
 
 @dataclass(frozen=True)

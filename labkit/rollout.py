@@ -4,8 +4,18 @@ Generation usually dominates an RL step, so this is a lean loop rather than ``mo
 one prefill over the left-padded prompts, then one cached forward per new token, sampling from
 ``softmax(logits / temperature)`` with optional top-k / top-p, stopping each row at the end-of-turn
 token and the whole batch as soon as every row has stopped (or at ``max_completion_length``).
-Rows that finish drop out of the batch (their cache entries are removed), so a batch with a few
-long answers does not pay full price for the short ones.
+Two decode loops share the prefill (:mod:`labkit.decode` says which runs where, and why):
+
+* the **dynamic** loop, the CPU's (here): rows that finish drop out of the batch (their cache
+  entries are removed), so a batch with a few long answers does not pay full price for the short
+  ones; every step has a new shape;
+* the **fixed-shape** loop, a GPU's (:func:`labkit.decode.decode_fixed`): a KV cache allocated
+  once, finished rows kept in place and masked, the decode step replayed as a CUDA graph. On the
+  CPU it samples the same tokens from the same random numbers (``decode_path="fixed"``).
+
+A prompt that leaves no room for ``max_completion_length`` tokens in the model's context is
+refused before anything is sampled (:func:`check_context`): every caller that samples
+(evaluation, rejection sampling, the trainer, episodes) goes through it.
 
 Departures from TRL's generation path, on purpose:
 

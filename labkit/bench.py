@@ -139,6 +139,7 @@ def decode_benchmark(model_name: str = "tiny", device: str = "cpu", dtype: str =
     captures the graph), then ``rounds`` timed ones from the same seed. Returns one row per
     loop: median seconds per round, decode steps (the longest completion: one forward per
     token after the prefill), milliseconds per step and completion tokens per second."""
+    from labkit.decode import capture_failure
     from labkit.rollout import generate
     from labkit.tasks import load_split
 
@@ -164,6 +165,8 @@ def decode_benchmark(model_name: str = "tiny", device: str = "cpu", dtype: str =
                 seconds.append(time.perf_counter() - start)
         steps = int(rollout.lengths.max())
         median = statistics.median(seconds)
+        if settings.get("cuda_graphs") and capture_failure(model):
+            name += f" (not captured: {capture_failure(model)[:80]})"
         results.append({"loop": name, "seconds": median, "steps": steps,
                         "ms_per_step": 1000 * median / steps,
                         "tokens_per_second": float(rollout.lengths.sum()) / median})

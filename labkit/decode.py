@@ -306,6 +306,12 @@ _WORKSPACES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _CAPTURE_FAILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def capture_failure(model) -> str | None:
+    """Why ``model``'s decode step could not be captured (it decodes with eager steps), or None
+    when no capture failed."""
+    return _CAPTURE_FAILED.get(model)
+
+
 def _workspace(model, rows: int, length: int, vocab: int, graph: bool) -> _Workspace:
     """A workspace for this shape: a new one without a graph, or the model's captured one for
     the shape (captured now if new). A graph reads the weights at their addresses, so the key
@@ -434,6 +440,6 @@ def decode_fixed(model, prefill_cache, logits, prompt_mask, next_positions, *, r
     return tokens, logps, entropies, finished_at
 
 
-__all__ = ["CHECK_EVERY", "DECODE_PATHS", "DecodePlan", "DecodeSettings", "current_settings",
-           "decode_fixed", "decode_settings", "draws_live_rows_only", "plan_decoding",
-           "sample_next", "static_cache_problem"]
+__all__ = ["CHECK_EVERY", "DECODE_PATHS", "DecodePlan", "DecodeSettings", "capture_failure",
+           "current_settings", "decode_fixed", "decode_settings", "draws_live_rows_only",
+           "plan_decoding", "sample_next", "static_cache_problem"]

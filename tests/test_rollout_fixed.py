@@ -243,7 +243,11 @@ def test_cuda_graph_replays_what_eager_steps_compute(cuda_tiny, prompts):
     model, tokenizer = cuda_tiny
     assert plan_decoding(model).cuda_graph
     eager = cuda_rollout(model, tokenizer, prompts, decode_path="fixed", cuda_graphs=False)
-    graph = cuda_rollout(model, tokenizer, prompts, decode_path="fixed", cuda_graphs=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a failed capture warns and decodes eagerly
+        graph = cuda_rollout(model, tokenizer, prompts, decode_path="fixed", cuda_graphs=True)
+    assert decode.capture_failure(model) is None
+    assert [w.graph is not None for w in decode._WORKSPACES[model].values()] == [True]
     assert_same_rollout(eager, graph)
     assert eager.lengths.unique().numel() > 2
 

@@ -219,7 +219,7 @@ def plan_decoding(model, path: str = "auto", cuda_graphs: bool = True) -> Decode
         return DecodePlan("fixed", False,
                           "not captured: peft (LoRA) adapters can be switched on and off between "
                           "calls, and a graph replays the state it was captured in")
-    return DecodePlan("fixed", True, "CUDA")
+    return DecodePlan("fixed", True, "on CUDA with cuda_graphs=True")
 
 
 class _Workspace:

@@ -530,7 +530,7 @@ def _seq(x_tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def measure_empty_rows(v: Verl) -> Convention:
     b = fixed_batch()
     per_token = clipped_surrogate(token_log_ratio(b.logp, b.old, b.mask), b.adv[:, None])
-    lab = aggregate(per_token, b.mask, "grpo")
+    lab = aggregate(per_token, b.mask, "sequence_mean")
     trl, _ = trl_loss(b, loss_type="grpo")
     lab_full, _ = policy_loss(b.logp, b.old, b.adv, b.mask, loss_type="grpo")
     ver = v.core.agg_loss(per_token, b.mask, "seq-mean-token-mean")
@@ -712,7 +712,7 @@ def measure_entropy(v: Verl) -> Convention:
 def measure_dr_grpo_scale(v: Verl) -> Convention:
     b = fixed_batch()
     per_token = clipped_surrogate(token_log_ratio(b.logp, b.old, b.mask), b.adv[:, None])
-    lab = aggregate(per_token, b.mask, "dr_grpo", max_completion_length=b.max_completion_length)
+    lab = aggregate(per_token, b.mask, "fixed_length", max_completion_length=b.max_completion_length)
     lab_full, _ = policy_loss(b.logp, b.old, b.adv, b.mask, loss_type="dr_grpo",
                               max_completion_length=b.max_completion_length)
     trl, _ = trl_loss(b, loss_type="dr_grpo")
@@ -1146,7 +1146,7 @@ def measure_agreements(v: Verl) -> list[tuple[str, str]]:
     tokens = b.outcome_tokens(r)
     rows = b.mask.any(-1)
     per_token = clipped_surrogate(token_log_ratio(b.logp, b.old, b.mask), b.adv[:, None])
-    token_mean = _max_abs(aggregate(per_token, b.mask, "dapo"),
+    token_mean = _max_abs(aggregate(per_token, b.mask, "token_mean"),
                           v.core.agg_loss(per_token, b.mask, "token-mean"))
     rloo = rloo_advantages(r, b.num_generations)
     verl_rloo = [getattr(v.core, f"compute_{name}_outcome_advantage")(tokens, b.mask.double(),

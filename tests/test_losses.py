@@ -287,14 +287,14 @@ def test_empty_rows_and_an_empty_mask_give_finite_losses(batch):
 
 def test_aggregate_validates_its_arguments():
     mask = torch.ones(2, 3)
-    with pytest.raises(ValueError, match="loss_type"):
-        aggregate(torch.zeros(2, 3), mask, "mean")
+    with pytest.raises(ValueError, match="aggregation must be one of .* got 'grpo'"):
+        aggregate(torch.zeros(2, 3), mask, "grpo")  # a loss type, not an aggregation
     with pytest.raises(ValueError, match="max_completion_length"):
-        aggregate(torch.zeros(2, 3), mask, "dr_grpo")
+        aggregate(torch.zeros(2, 3), mask, "fixed_length")
     with pytest.raises(ValueError, match="per_token_loss"):
-        aggregate(torch.zeros(2, 2), mask, "grpo")
+        aggregate(torch.zeros(2, 2), mask, "sequence_mean")
     with pytest.raises(ValueError, match="num_sequences_in_batch"):
-        aggregate(torch.zeros(2, 3), mask, "grpo", num_sequences_in_batch=1)
+        aggregate(torch.zeros(2, 3), mask, "sequence_mean", num_sequences_in_batch=1)
 
 
 # ---------------------------------------------------------------- GSPO

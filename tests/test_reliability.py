@@ -24,7 +24,7 @@ from labkit import config as config_module
 from labkit.config import TrainConfig, preset
 from labkit.engine.checkpoint import CheckpointError, load_checkpoint, load_state
 from labkit.engine.run_control import guarded_optimizer_step
-from labkit.losses import aggregate, clipped_surrogate, entropy_bonus, policy_loss
+from labkit.losses import AGGREGATIONS, aggregate, clipped_surrogate, entropy_bonus, policy_loss
 from labkit.metrics import StepStats
 from labkit.rewards import RewardFunctionError, combine_rewards_by_weight
 from labkit.rollout import prompt_text
@@ -442,8 +442,9 @@ def test_an_eval_set_without_answers_reports_nan_not_zero(base):
 
 # ---- 9. tensor functions ------------------------------------------------------------------------
 def test_aggregate_of_an_empty_batch_is_zero():
-    for loss_type in ("grpo", "bnpo", "dapo", "sequence_sum"):
-        value = aggregate(torch.zeros(0, 5), torch.zeros(0, 5, dtype=torch.bool), loss_type)
+    for aggregation in AGGREGATIONS:
+        value = aggregate(torch.zeros(0, 5), torch.zeros(0, 5, dtype=torch.bool), aggregation,
+                          max_completion_length=5)
         assert value.item() == 0.0
 
 

@@ -77,7 +77,7 @@ def test_surrogate_aggregate_kl_value(data):
     mask = torch.ones(3, 5, dtype=torch.bool)
     per_token = torch.randn(3, 5, dtype=torch.float64, generator=g)
     torch.testing.assert_close(run(losses.aggregate, per_token_loss=per_token, mask=mask),
-                               losses.aggregate(per_token, mask, "grpo"))
+                               losses.aggregate(per_token, mask, "sequence_mean"))
     for kind in ("k1", "k2", "k3"):
         torch.testing.assert_close(run(losses.kl_estimate, logp=logp, ref_logp=ref, kind=kind),
                                    losses.kl_estimate(logp, ref, kind))

@@ -43,26 +43,28 @@ Departures from TRL/verl, all deliberate and tested:
   to it (TRL; verl uses 1e-6, oat 1e-8); GFPO's population std is available with ``unbiased=False``.
 """
 
-from labkit.advantages import opo, ppo_gae, remax, rloo  # noqa: F401 (they register)
+from labkit.advantages import grpo, opo, ppo_gae, remax, rloo  # noqa: F401 (they register)
 from labkit.advantages.groups import (
     as_float,
     centre,
+    check_lengths,
     check_mask,
     group_lengths,
     group_rows,
     group_std,
 )
-from labkit.advantages.grpo import SCALE_REWARDS, group_advantages
+from labkit.advantages.grpo import (
+    MULTI_OBJECTIVE_AGGREGATIONS,
+    SCALE_REWARDS,
+    combine_rewards,
+    group_advantages,
+)
 from labkit.advantages.kl_reward import (
     kl_penalized_rewards,
     kl_penalized_token_rewards,
     outcome_to_token_rewards,
 )
-from labkit.advantages.normalization import (
-    MULTI_OBJECTIVE_AGGREGATIONS,
-    batch_normalize,
-    combine_rewards,
-)
+from labkit.advantages.normalization import batch_normalize
 from labkit.advantages.opo import opo_advantages
 from labkit.advantages.ppo_gae import explained_variance, gae
 from labkit.advantages.registry import (
@@ -89,6 +91,7 @@ __all__ = [
     "as_float",
     "batch_normalize",
     "centre",
+    "check_lengths",
     "check_mask",
     "combine_rewards",
     "estimators",

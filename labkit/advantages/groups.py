@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["as_float", "centre", "check_mask", "group_lengths", "group_rows", "group_std"]
+__all__ = ["as_float", "centre", "check_lengths", "check_mask", "group_lengths", "group_rows", "group_std"]
 
 
 def as_float(x: torch.Tensor) -> torch.Tensor:
@@ -49,18 +49,23 @@ def group_rows(
     return rewards.view(-1, num_generations)
 
 
+def check_lengths(lengths: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Completion lengths, one per reward of ``like`` (same shape) and none negative: the one
+    check of every function that weighs rewards by length (OPO, GFPO, the length rewards)."""
+    if lengths.shape != like.shape:
+        raise ValueError(
+            f"lengths must have one entry per reward ({like.numel()}), got {lengths.numel()}"
+        )
+    if (lengths < 0).any():
+        raise ValueError("lengths must be >= 0")
+    return lengths
+
+
 def group_lengths(
     lengths: torch.Tensor, num_generations: int, like: torch.Tensor
 ) -> torch.Tensor:
     """Validate response lengths (N,) >= 0 matching the (P, G) rewards ``like``; return (P, G)."""
-    lens = group_rows(lengths, num_generations, name="lengths")
-    if lens.shape != like.shape:
-        raise ValueError(
-            f"lengths must have {like.numel()} entries like the rewards, got {lengths.numel()}"
-        )
-    if (lens < 0).any():
-        raise ValueError("lengths must be >= 0")
-    return lens
+    return check_lengths(group_rows(lengths, num_generations, name="lengths"), like)
 
 
 def check_mask(mask: torch.Tensor, like: torch.Tensor, name: str = "mask") -> torch.Tensor:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 
 import torch
+
+from labkit.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -96,9 +97,9 @@ class Estimator:
         return self.compute.__module__
 
 
-_REGISTRY: dict[str, Estimator] = {}
+_TABLE = Registry("advantage_estimator", "an estimator")
 #: Read-only view of every registered estimator, by name, in registration order.
-ESTIMATOR_REGISTRY: Mapping[str, Estimator] = MappingProxyType(_REGISTRY)
+ESTIMATOR_REGISTRY: Mapping[str, Estimator] = _TABLE.view
 
 
 def register_advantage_estimator(name: str, *, groups: bool = True, per_token: bool = False,
@@ -106,17 +107,13 @@ def register_advantage_estimator(name: str, *, groups: bool = True, per_token: b
                                  trl_refusal: str | None = None, config_check=None,
                                  paper: tuple[str, str | None] | None = None, summary: str = ""):
     """Decorator: register ``compute(inputs) -> Advantages`` as ``advantage_estimator=name``."""
-    if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"an estimator name must be an identifier-like string, got {name!r}")
-    if name in _REGISTRY:
-        raise ValueError(f"advantage_estimator {name!r} is already registered (by "
-                         f"{_REGISTRY[name].module})")
+    _TABLE.check_name(name)
 
     def decorator(compute):
-        _REGISTRY[name] = Estimator(name=name, compute=compute, groups=groups,
+        _TABLE.add(name, Estimator(name=name, compute=compute, groups=groups,
                                     per_token=per_token, critic=critic,
                                     missing_rewards=missing_rewards, trl_refusal=trl_refusal,
-                                    config_check=config_check, paper=paper, summary=summary)
+                                    config_check=config_check, paper=paper, summary=summary))
         return compute
 
     return decorator
@@ -124,23 +121,19 @@ def register_advantage_estimator(name: str, *, groups: bool = True, per_token: b
 
 def unregister_advantage_estimator(name: str) -> None:
     """Remove a registered estimator (for tests that register a toy one)."""
-    _REGISTRY.pop(name)
+    _TABLE.remove(name)
 
 
 def get_estimator(name: str) -> Estimator:
     """The registered estimator ``name``; ``ValueError`` listing the registered ones otherwise."""
-    try:
-        return _REGISTRY[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"advantage_estimator must be one of {estimators()}, got "
-                         f"{name!r}") from None
+    return _TABLE.entry(name)
 
 
 def estimators() -> tuple[str, ...]:
     """Names of every registered estimator."""
-    return tuple(_REGISTRY)
+    return _TABLE.names()
 
 
 def group_estimators() -> tuple[str, ...]:
     """Names of the estimators that compare the completions of a group."""
-    return tuple(name for name, e in _REGISTRY.items() if e.groups)
+    return tuple(name for name, e in ESTIMATOR_REGISTRY.items() if e.groups)

@@ -59,14 +59,18 @@ LOCAL_AGGREGATIONS = ("local_token_mean",)
 def aggregate(
     per_token_loss: torch.Tensor,
     mask: torch.Tensor,
-    loss_type: str,
+    aggregation: str,
     max_completion_length: int | None = None,
     num_items_in_batch: int | torch.Tensor | None = None,
     num_sequences_in_batch: int | None = None,
 ) -> torch.Tensor:
-    r"""Reduce a per-token loss to a scalar with the aggregation of ``loss_type``.
+    r"""Reduce a per-token loss to a scalar with ``aggregation``, one of :data:`AGGREGATIONS`.
 
-    Textbook form (``"grpo"``: mean over each sequence's tokens, then over sequences)::
+    A loss type's aggregation is ``labkit.losses.get_loss_type(name).aggregation``
+    (:func:`labkit.losses.policy_loss` looks it up; this function knows no loss type, so the loss
+    table can name the aggregations without the two modules importing each other).
+
+    Textbook form (GRPO's ``"sequence_mean"``: mean per sequence, then over sequences)::
 
         m = mask.float()
         return ((per_token_loss * m).sum(-1) / m.sum(-1)).mean()
@@ -81,7 +85,7 @@ def aggregate(
     ``per_token_loss``          (B, T) or   from a surrogate (+ beta * KL); (B, 1) is broadcast
                                 (B, 1)      over the mask (sequence-level GSPO)
     ``mask``                    (B, T)      response mask of this micro-batch
-    ``loss_type``               str         a registered loss type (its aggregation is used)
+    ``aggregation``             str         a key of :data:`AGGREGATIONS`
     ``max_completion_length``   int         L_max, required by ``fixed_length`` (dr_grpo)
     ``num_items_in_batch``      int/0-dim   response tokens in the whole optimisation batch
                                             (all micro-batches of one optimiser step); default:
@@ -100,9 +104,9 @@ def aggregate(
     token-weighted aggregation weight each sequence by its length (TRL warns about this); use
     ``grpo`` for the paper's GSPO.
     """
-    from labkit.losses.registry import get_loss_type
-
-    aggregation = get_loss_type(loss_type).aggregation
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {tuple(AGGREGATIONS)}, got {aggregation!r} "
+                         f"(a loss type's is labkit.losses.get_loss_type(name).aggregation)")
     if mask.dim() != 2:
         raise ValueError(f"mask must have shape (B, T), got {tuple(mask.shape)}")
     batch = mask.shape[0]
@@ -117,7 +121,7 @@ def aggregate(
         )
     if aggregation == "fixed_length" and (max_completion_length is None
                                           or not max_completion_length > 0):
-        raise ValueError(f"loss_type={loss_type!r} needs max_completion_length > 0, got "
+        raise ValueError(f"aggregation={aggregation!r} needs max_completion_length > 0, got "
                          f"{max_completion_length}")
     m = mask.bool()
     total = torch.where(m, per_token_loss.expand(m.shape), 0)

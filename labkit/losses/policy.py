@@ -194,7 +194,7 @@ def policy_loss(
 
     agg = {
         "mask": m,
-        "loss_type": loss_type,
+        "aggregation": loss.aggregation,
         "max_completion_length": max_completion_length,
         "num_items_in_batch": num_items_in_batch,
         "num_sequences_in_batch": num_sequences_in_batch,

@@ -21,6 +21,9 @@ from types import MappingProxyType
 
 import torch
 
+from labkit.losses.aggregation import AGGREGATIONS
+from labkit.registry import Registry
+
 
 @dataclass(frozen=True)
 class SurrogateInputs:
@@ -116,9 +119,9 @@ class LossType:
         return (*self.options, *self.batch_inputs)
 
 
-_REGISTRY: dict[str, LossType] = {}
+_TABLE = Registry("loss_type", "a loss type")
 #: Read-only view of every registered loss type, by name, in registration order.
-LOSS_REGISTRY: Mapping[str, LossType] = MappingProxyType(_REGISTRY)
+LOSS_REGISTRY: Mapping[str, LossType] = _TABLE.view
 
 
 def register_policy_loss(name: str, *, aggregation: str, clipped: bool = False,
@@ -131,21 +134,15 @@ def register_policy_loss(name: str, *, aggregation: str, clipped: bool = False,
     Registering a name twice raises, so two files cannot silently fight over one loss type; a
     test that registers a toy loss removes it with :func:`unregister_policy_loss`.
     """
-    from labkit.losses.aggregation import AGGREGATIONS
-
-    if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"a loss type name must be an identifier-like string, got {name!r}")
-    if name in _REGISTRY:
-        raise ValueError(f"loss_type {name!r} is already registered (by "
-                         f"{_REGISTRY[name].surrogate.__module__})")
+    _TABLE.check_name(name)
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation must be one of {tuple(AGGREGATIONS)}, got {aggregation!r}")
 
     def decorator(surrogate):
-        _REGISTRY[name] = LossType(name=name, surrogate=surrogate, aggregation=aggregation,
+        _TABLE.add(name, LossType(name=name, surrogate=surrogate, aggregation=aggregation,
                                    clipped=clipped, options=MappingProxyType(dict(options or {})),
                                    batch_inputs=tuple(batch_inputs), trl_name=trl_name, clip_flags=clip_flags,
-                                   config_check=config_check, paper=paper, summary=summary)
+                                   config_check=config_check, paper=paper, summary=summary))
         return surrogate
 
     return decorator
@@ -153,35 +150,32 @@ def register_policy_loss(name: str, *, aggregation: str, clipped: bool = False,
 
 def unregister_policy_loss(name: str) -> None:
     """Remove a registered loss type (for tests that register a toy one)."""
-    _REGISTRY.pop(name)
+    _TABLE.remove(name)
 
 
 def get_loss_type(name: str) -> LossType:
     """The registered loss type ``name``; ``ValueError`` listing the registered ones otherwise."""
-    try:
-        return _REGISTRY[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"loss_type must be one of {loss_types()}, got {name!r}") from None
+    return _TABLE.entry(name)
 
 
 def loss_types() -> tuple[str, ...]:
     """Names of every registered loss type."""
-    return tuple(_REGISTRY)
+    return _TABLE.names()
 
 
 def clipped_loss_types() -> tuple[str, ...]:
     """Names of the loss types that use PPO's clipped ratio."""
-    return tuple(name for name, loss in _REGISTRY.items() if loss.clipped)
+    return tuple(name for name, loss in LOSS_REGISTRY.items() if loss.clipped)
 
 
 def option_owners(option: str) -> tuple[str, ...]:
     """The loss types that take ``option`` (a config field or a batch input)."""
-    return tuple(name for name, loss in _REGISTRY.items() if option in loss.keywords)
+    return tuple(name for name, loss in LOSS_REGISTRY.items() if option in loss.keywords)
 
 
 def all_options() -> dict[str, object]:
     """Every loss type's options with their defaults (the config fields the table reads)."""
     merged: dict[str, object] = {}
-    for loss in _REGISTRY.values():
+    for loss in LOSS_REGISTRY.values():
         merged.update(loss.options)
     return merged

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import torch
 
-from labkit.advantages import as_float, group_lengths, group_rows
+from labkit.advantages import as_float, check_lengths, group_lengths, group_rows
 from labkit.rules import config_rule
 
 __all__ = [
@@ -70,14 +70,7 @@ def _flat(x, name: str) -> torch.Tensor:
 
 
 def _lengths_like(lengths: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    _flat(lengths, "lengths")
-    if lengths.shape != like.shape:
-        raise ValueError(
-            f"lengths must have one entry per reward ({like.numel()}), got {lengths.numel()}"
-        )
-    if (lengths < 0).any():
-        raise ValueError("lengths must be >= 0")
-    return lengths
+    return check_lengths(_flat(lengths, "lengths"), like)
 
 
 def _bool_like(flags: torch.Tensor | None, like: torch.Tensor, name: str) -> torch.Tensor | None:

@@ -8,9 +8,7 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
-from labkit.losses import (
-    aggregate,
-)
+from labkit.losses import aggregate, get_loss_type
 from labkit.rewards.shaping import overlong_penalty
 from labkit.viz.style import (
     AGG_LABELS,
@@ -41,7 +39,8 @@ def aggregation_weights(lengths=(8, 16, 32, 64, 128), max_completion_length: int
     table = {"length": lens.numpy()}
     for loss_type in loss_types:
         per_token = torch.zeros(mask.shape, dtype=DTYPE, requires_grad=True)
-        loss = aggregate(per_token, mask, loss_type, max_completion_length=l_max)
+        loss = aggregate(per_token, mask, get_loss_type(loss_type).aggregation,
+                         max_completion_length=l_max)
         (grad,) = torch.autograd.grad(loss, per_token)
         table[loss_type] = grad[:, 0].numpy()
     return pd.DataFrame(table)

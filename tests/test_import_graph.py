@@ -1,0 +1,55 @@
+"""The method packages import in one direction: no module of ``labkit.losses`` or
+``labkit.advantages`` imports, at the top or inside a function, a module that imports it back.
+A circle hidden in a function is one import order away from a half-initialised module."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+LABKIT = Path(__file__).resolve().parents[1] / "labkit"
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every ``labkit...`` module ``path`` imports anywhere in its body (functions included)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name for name in found if name.startswith("labkit.")}
+
+
+def circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as a path of module names, or None."""
+    state: dict[str, int] = {}
+
+    def visit(node, path):
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt):], nxt]
+            if nxt not in state and (found := visit(nxt, [*path, nxt])):
+                return found
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return None
+
+
+@pytest.mark.parametrize("package", ["losses", "advantages"])
+def test_a_method_package_has_no_import_circle(package):
+    modules = {f"labkit.{package}.{p.stem}": p for p in (LABKIT / package).glob("*.py")
+               if p.stem != "__init__"}
+    graph = {name: imports_of(path) & set(modules) for name, path in modules.items()}
+    assert circle(graph) is None, " -> ".join(circle(graph))
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert circle({"a": {"b"}, "b": set()}) is None

@@ -135,8 +135,8 @@ def decode_benchmark(model_name: str = "tiny", device: str = "cpu", dtype: str =
                      rounds: int = 5) -> list[dict]:
     """Time sampling rounds of ``prompts`` x ``generations`` rows on each decode loop this
     device has (:mod:`labkit.decode`): the dynamic loop, the fixed-shape loop with eager steps,
-    and on CUDA the fixed-shape loop replayed as a CUDA graph. One untimed round first (it
-    captures the graph), then ``rounds`` timed ones from the same seed. Returns one row per
+    and on CUDA the fixed-shape loop replayed as a CUDA graph. Two untimed rounds first (a
+    shape is captured at its second use), then ``rounds`` timed ones from the same seed. Returns one row per
     loop: median seconds per round, decode steps (the longest completion: one forward per
     token after the prefill), milliseconds per step and completion tokens per second."""
     from labkit.decode import capture_failure
@@ -153,7 +153,7 @@ def decode_benchmark(model_name: str = "tiny", device: str = "cpu", dtype: str =
     results = []
     for name, settings in loops.items():
         seconds = []
-        for round_ in range(rounds + 1):
+        for round_ in range(rounds + 2):
             generator = torch.Generator(device=device).manual_seed(0)
             _synchronize(device)
             start = time.perf_counter()
@@ -161,7 +161,7 @@ def decode_benchmark(model_name: str = "tiny", device: str = "cpu", dtype: str =
                                max_completion_length=max_completion_length,
                                generator=generator, **settings)
             _synchronize(device)
-            if round_:
+            if round_ >= 2:
                 seconds.append(time.perf_counter() - start)
         steps = int(rollout.lengths.max())
         median = statistics.median(seconds)

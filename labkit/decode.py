@@ -85,11 +85,12 @@ CHECK_EVERY = 8
 #: Static-cache lengths under a CUDA graph are rounded up to a multiple of this, so rounds whose
 #: prompts differ by a few tokens replay the same captured step instead of capturing another.
 GRAPH_LENGTH_BUCKET = 64
-#: Captured steps kept per model, most recently used first: a run's training batch and its
-#: evaluation batch. Each keeps its static KV cache allocated between calls (a graph replays at
-#: fixed addresses), so on a GPU the cache that :func:`labkit.memory.memory_plan` counts in the
-#: sampling phase stays allocated while the step trains.
-GRAPHS_PER_MODEL = 2
+#: Captured steps kept per model, the least recently used dropped first (a run's training and
+#: evaluation batches, an episode's first turn...). Each keeps its static KV cache allocated
+#: between calls (a graph replays at fixed addresses), so on a GPU the cache that
+#: :func:`labkit.memory.memory_plan` counts in the sampling phase stays allocated while the
+#: step trains.
+GRAPHS_PER_MODEL = 4
 
 
 @dataclass(frozen=True)
@@ -244,6 +245,7 @@ class _Workspace:
         self.min_value = torch.finfo(dtype).min
         self.dtype = dtype
         self.graph = None
+        self.kept = False  # True: kept for the next call of this shape, and captured
 
     def load(self, prefill_cache, repeats: int, prompt_mask, next_positions) -> None:
         """Copy the prefill's keys and values (each prompt's repeated ``repeats`` times) into the
@@ -301,6 +303,8 @@ class _Workspace:
 
 
 _WORKSPACES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: The shapes each model has sampled (captured from their second use).
+_SHAPES_SEEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 #: Models whose decode step failed to capture, and why (they decode with eager steps, without
 #: trying again at every call).
 _CAPTURE_FAILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -314,13 +318,19 @@ def capture_failure(model) -> str | None:
 
 def _workspace(model, rows: int, length: int, vocab: int, graph: bool) -> _Workspace:
     """A workspace for this shape: a new one without a graph, or the model's captured one for
-    the shape (captured now if new). A graph reads the weights at their addresses, so the key
-    includes every parameter's address: weights updated in place (an optimizer step) are seen
-    by the next replay; weights moved or replaced get a new capture."""
+    the shape. A shape is captured the second time it is sampled: a run's training and
+    evaluation batches come back every step, while an episode's later turns (fewer rows each
+    time) mostly do not, and a capture costs a few eager steps. A graph reads the weights at
+    their addresses, so the key includes every parameter's address: weights updated in place (an
+    optimizer step) are seen by the next replay; weights moved or replaced get a new capture."""
     param = next(model.parameters())
+    key = (rows, length, vocab, param.dtype, tuple(p.data_ptr() for p in model.parameters()))
+    seen = _SHAPES_SEEN.setdefault(model, set())
+    if graph and key not in seen and len(seen) < 1024:  # past 1024 shapes, none is captured
+        seen.add(key)
+        graph = False
     if not graph:
         return _Workspace(model, rows, length, vocab, param.dtype, param.device)
-    key = (rows, length, vocab, param.dtype, tuple(p.data_ptr() for p in model.parameters()))
     cached = _WORKSPACES.setdefault(model, {})
     if key in cached:
         cached[key] = cached.pop(key)  # most recently used last
@@ -328,6 +338,7 @@ def _workspace(model, rows: int, length: int, vocab: int, graph: bool) -> _Works
     while len(cached) >= GRAPHS_PER_MODEL:
         cached.pop(next(iter(cached)))
     workspace = _Workspace(model, rows, length, vocab, param.dtype, param.device)
+    workspace.kept = True
     cached[key] = workspace
     return workspace
 
@@ -388,7 +399,7 @@ def decode_fixed(model, prefill_cache, logits, prompt_mask, next_positions, *, r
     if cuda_graph:
         length = -(-length // GRAPH_LENGTH_BUCKET) * GRAPH_LENGTH_BUCKET
     workspace = _workspace(model, rows, length, logits.size(-1), cuda_graph)
-    if cuda_graph and workspace.graph is None:
+    if workspace.kept and workspace.graph is None:
         workspace.load(prefill_cache, repeats, prompt_mask, next_positions)
         try:
             workspace.capture(model)

@@ -898,7 +898,8 @@ CATALOG: tuple[Method, ...] = (
 def registered_methods() -> tuple[Method, ...]:
     """Entries derived from the method registries for every registered loss type and advantage
     estimator that no entry of :data:`CATALOG` switches on: a method added by registering it is
-    listed (with the paper it registered, status derived) before anyone writes its entry."""
+    listed (with the paper it registered, its own settings, status derived) before anyone writes
+    its entry."""
     from labkit.advantages import ESTIMATOR_REGISTRY
     from labkit.losses import LOSS_REGISTRY
 
@@ -911,9 +912,11 @@ def registered_methods() -> tuple[Method, ...]:
             if (switch, name) in covered:
                 continue
             title, arxiv = entry.paper or (entry.summary or name, None)
+            settings = "".join(f"; setting {key} (default {setting.default!r}): {setting.doc}"
+                               for key, setting in getattr(entry, "settings", {}).items())
             derived.append(Method(id=name.replace("_", "-"), title=title, arxiv=arxiv,
                                   changes=changes, config={switch: name},
-                                  note=f"registered in {entry.module}; {entry.summary}"))
+                                  note=f"registered in {entry.module}; {entry.summary}{settings}"))
     return tuple(derived)
 
 

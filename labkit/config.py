@@ -29,6 +29,7 @@ docstring lists where and why it departs from the paper.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -46,6 +47,7 @@ from labkit.advantages import (
 )
 from labkit.decode import DECODE_PATHS
 from labkit.fields import (
+    Setting,
     boolean,
     choice,
     device,
@@ -64,7 +66,8 @@ from labkit.losses import (
     get_loss_type,
     loss_types,
 )
-from labkit.losses.registry import all_options, option_owners
+from labkit.losses.registry import LOSS_REGISTRY, all_options, option_owners
+from labkit.losses.registry import listen as listen_to_loss_types
 from labkit.mismatch import MODES as IMPORTANCE_SAMPLING_MODES
 from labkit.models import DTYPES
 from labkit.prompt_sampling import PROMPT_SAMPLERS
@@ -93,7 +96,9 @@ class TrainConfig:
     """All settings of a run; ``TrainConfig()`` is the lab's GRPO (``preset("grpo")``).
 
     Each field's comment in the source is its documentation; ``help(TrainConfig)`` lists them all
-    (appended below from :data:`FIELD_DOCS`).
+    (appended below from :data:`FIELD_DOCS`). A loss type's own knobs are not written here: its
+    registration declares them (:class:`labkit.fields.Setting`) and they become fields at the end
+    of the list (``sapo_temperature_pos``, ``vespo_k_pos``, ``cispo_min_weight``...).
     """
 
     # ---- model and machine ----------------------------------------------------------------------
@@ -314,30 +319,11 @@ class TrainConfig:
     2e-3)"""
     kl_cov_coef: float = 1.0
     """KL-Cov: coefficient of |log pi - log pi_old| on those tokens (verl's ppo_kl_coef)"""
-    cispo_min_weight: float | None = None
-    """CISPO: lower bound of the clipped importance weight (loss_type='cispo'); None = no floor
-    (TRL). verl's default CISPO clips to [1 - clip_ratio_low, 1 + clip_ratio_high]: its 0.2/0.2
-    is cispo_min_weight=0.8 with epsilon_high=1.2 here (docs/conventions.md)"""
-    exploration_gamma: float = 0.5
-    """RL-PLUS (loss_type='rlplus'): exponent of the exploration weight (1 - p)^gamma on
-    demonstration tokens (arXiv 2508.00222, code default 0.5)"""
     rlplus_demonstrations: bool = False
     """RL-PLUS: the last completion of every group is the prompt's worked solution (an external
     demonstration, trained with the MIS ratio and the exploration weight)"""
     use_bias_correction_kl: bool = False
     """multiply the k3 KL-in-loss by the importance ratio (DeepSeek-V3.2; TRL 1.16 default True)"""
-    sapo_temperature_pos: float = 1.0
-    """SAPO soft-gate temperature for A > 0 (TRL; loss_type="sapo")"""
-    sapo_temperature_neg: float = 1.05
-    """SAPO soft-gate temperature for A <= 0 (TRL; loss_type="sapo")"""
-    vespo_k_pos: float = 2.0
-    """VESPO Gamma-kernel shape k for A >= 0 (TRL; loss_type="vespo")"""
-    vespo_lambda_pos: float = 3.0
-    """VESPO Gamma-kernel rate lambda for A >= 0 (TRL)"""
-    vespo_k_neg: float = 3.0
-    """VESPO Gamma-kernel shape k for A < 0 (TRL)"""
-    vespo_lambda_neg: float = 2.0
-    """VESPO Gamma-kernel rate lambda for A < 0 (TRL)"""
 
     # ---- PPO critic ------------------------------------------------------------------------------
     vf_coef: float = 0.1
@@ -474,6 +460,9 @@ class TrainConfig:
 
     # ---- validation ------------------------------------------------------------------------------
     def _check_values(self):
+        for f in fields(self):  # the ranges declared beside the fields
+            if "range" in f.metadata:
+                f.metadata["range"](self, f.name)
         for name in ("gradient_checkpointing", "dynamic_sampling", "mask_truncated_completions",
                      "kl_in_reward", "use_bias_correction_kl", "save_on_interrupt", "progress",
                      "rollback_nonfinite_weights", "sync_ref_model", "rlplus_demonstrations",
@@ -535,9 +524,6 @@ class TrainConfig:
         number(self, "clip_cov_lb", -math.inf, math.inf)
         number(self, "clip_cov_ub", -math.inf, math.inf)
         number(self, "kl_cov_coef", 0, math.inf)
-        number(self, "exploration_gamma", 0, math.inf)
-        if self.cispo_min_weight is not None:
-            number(self, "cispo_min_weight", 0, math.inf)
         number(self, "ref_model_mixup_alpha", 0, 1)
         integer(self, "ref_model_sync_steps", low=1)
         number(self, "top_p", 0, 1, low_open=True)
@@ -557,11 +543,6 @@ class TrainConfig:
         number(self, "adam_beta2", 0, 1, high_open=True)
         number(self, "max_grad_norm", 0, math.inf)
         number(self, "length_reward_weight", 0, math.inf)
-        for name in ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_lambda_pos",
-                     "vespo_lambda_neg"):
-            number(self, name, 0, math.inf, low_open=True)
-        for name in ("vespo_k_pos", "vespo_k_neg"):
-            number(self, name, 0, math.inf)
         if self.epsilon_high is not None:
             # inf switches the upper clip off (RL-PLUS-style unclipped positive updates)
             number(self, "epsilon_high", 0, math.inf, allow_inf=True)
@@ -740,12 +721,80 @@ def _refuse_trl_names(init):
     return __init__
 
 
+# ---- the fields the methods declare -------------------------------------------------------------
+#: The fields written in the class above, and its docstring before the field list.
+_DECLARED = {f.name: f for f in fields(TrainConfig)}
+_DECLARED_DOCS = _field_docs()
+_CLASS_DOC = TrainConfig.__doc__
+#: What ``@dataclass`` writes into the class, removed before it runs again.
+_GENERATED = ("__init__", "__repr__", "__eq__", "__match_args__", "__dataclass_fields__",
+              "__dataclass_params__")
+
+
+def _declared_settings(losses) -> dict[str, dataclasses.Field]:
+    """The fields the loss types' :class:`~labkit.fields.Setting` options declare, each with its
+    range and doc as metadata; ``ValueError`` naming the registration for an option no field
+    holds, a setting that redeclares a field, or two losses declaring one name differently."""
+    declared: dict[str, tuple[Setting, str]] = {}
+    for loss in losses:
+        where = f"loss_type {loss.name!r} (registered in {loss.module})"
+        for name, setting in loss.settings.items():
+            if name in _DECLARED:
+                refuse(f"{where} declares the setting {name!r}, which TrainConfig already has: "
+                       f"give options={{{name!r}: <its default>}} to read the existing field")
+            if name in declared and declared[name][0] != setting:
+                refuse(f"{where} declares the setting {name!r} differently from "
+                       f"{declared[name][1]}: declare it once and share that Setting")
+            declared[name] = (setting, where)
+    for loss in losses:
+        for name in loss.options:
+            if name not in _DECLARED and name not in declared:
+                refuse(f"loss_type {loss.name!r} (registered in {loss.module}) reads option "
+                       f"{name!r}, which is no TrainConfig field: declare it with "
+                       f"options={{{name!r}: Setting(default, range, doc, trl)}} "
+                       f"(labkit.fields.Setting)")
+    return {name: dataclasses.field(default=setting.default, metadata={
+        "range": setting.range, "doc": setting.doc, "declared_by": where})
+        for name, (setting, where) in declared.items()}
+
+
+def _build(losses) -> None:
+    """Make :class:`TrainConfig` the dataclass of its written fields plus the settings
+    ``losses`` declare (at import, and again whenever a loss type is registered or removed), so
+    a new loss's knob is a real field: ``fields``, ``asdict``, ``help`` and checkpoints see it."""
+    settings = _declared_settings(losses)
+    for name in _GENERATED:
+        if name in TrainConfig.__dict__:
+            delattr(TrainConfig, name)
+    for name in set(TrainConfig.__annotations__) - set(_DECLARED) - set(settings):
+        delattr(TrainConfig, name)  # a removed loss's setting
+    TrainConfig.__annotations__ = {**{name: f.type for name, f in _DECLARED.items()},
+                                   **{name: getattr(f.metadata["range"], "annotation", "object")
+                                      for name, f in settings.items()}}
+    for name, f in {**_DECLARED, **settings}.items():
+        setattr(TrainConfig, name, f)
+    dataclass(TrainConfig)
+    global _FIELD_NAMES
+    _FIELD_NAMES = frozenset(f.name for f in fields(TrainConfig))
+    FIELD_DOCS.clear()
+    FIELD_DOCS.update(_DECLARED_DOCS)
+    FIELD_DOCS.update({name: f.metadata["doc"] for name, f in settings.items()})
+    TrainConfig.__doc__ = _CLASS_DOC + "\n    Fields (default):\n\n" + "\n".join(
+        f"    {f.name} ({f.default!r}): {FIELD_DOCS.get(f.name, '')}" for f in fields(TrainConfig))
+    TrainConfig.__init__ = _refuse_trl_names(TrainConfig.__init__)
+
+
+def _loss_types_changed(name, loss) -> None:
+    """The loss registry's listener: rebuild with ``loss`` added (refusing it if its settings
+    cannot be fields), or without the removed one."""
+    others = [entry for key, entry in LOSS_REGISTRY.items() if key != name]
+    _build(others if loss is None else [*others, loss])
+
+
 #: ``{field name: its documentation}`` for every field of :class:`TrainConfig`.
-FIELD_DOCS = _field_docs()
-TrainConfig.__doc__ += "\n    Fields (default):\n\n" + "\n".join(
-    f"    {f.name} ({f.default!r}): {FIELD_DOCS.get(f.name, '')}" for f in fields(TrainConfig))
-_FIELD_NAMES = frozenset(f.name for f in fields(TrainConfig))
-TrainConfig.__init__ = _refuse_trl_names(TrainConfig.__init__)
+FIELD_DOCS: dict[str, str] = {}
+_build(LOSS_REGISTRY.values())
+listen_to_loss_types(_loss_types_changed)
 
 
 # ---- presets -------------------------------------------------------------------------------------

@@ -1,15 +1,82 @@
 """Validators of configuration fields, shared by :class:`labkit.config.TrainConfig` and the rules
-that method modules register (:mod:`labkit.rules`).
+that method modules register (:mod:`labkit.rules`), and :class:`Setting`, the declaration of a
+field by the method that owns it.
 
-Each takes the config and a field name, reads the value and raises ``ValueError`` naming the field,
-the value and what is allowed (every config error is a ``ValueError``: one type to catch). A few
-normalise what they accept (a path-like to ``str``, a list to a tuple) in place.
+Each validator takes the config and a field name, reads the value and raises ``ValueError``
+naming the field, the value and what is allowed (every config error is a ``ValueError``: one type
+to catch). A few normalise what they accept (a path-like to ``str``, a list to a tuple) in place.
+The range factories (:func:`between`, :func:`whole`, :func:`one_of`, :func:`flag`) return such a
+check with its bounds bound, so a range can be written beside its field.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+#: ``check(config, field_name)``: raises ``ValueError`` when the field's value is out of range.
+#: The factories below also set ``check.annotation``, the field's type as a string.
+Check = Callable[[object, str], None]
+
+
+def _typed(check, kind: str, optional: bool) -> Check:
+    check.annotation = f"{kind} | None" if optional else kind
+    return check
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A config field declared by the method that reads it (a loss's own knob): everything
+    :class:`~labkit.config.TrainConfig`, the TRL bridge and the catalog need, in one place.
+
+    Attributes:
+        default: the field's default value.
+        range: the check of its values (:func:`between`, :func:`whole`, :func:`one_of`...).
+        doc: one line for ``help(TrainConfig)`` and ``labkit.config.FIELD_DOCS``.
+        trl: the ``trl.GRPOConfig`` field of the same meaning, copied by the TRL bridge; None
+            when TRL has none (the bridge then refuses any value but the default).
+        why: with ``trl=None``, why TRL cannot express it (the bridge's refusal says so).
+    """
+
+    default: object
+    range: Check
+    doc: str
+    trl: str | None = None
+    why: str = ""
+
+
+def between(low, high, *, low_open=False, high_open=False, allow_inf=False,
+            optional=False) -> Check:
+    """A real number in the interval (:func:`number`); ``optional``: None is allowed too."""
+    def check(cfg, name):
+        if not (optional and getattr(cfg, name) is None):
+            number(cfg, name, low, high, low_open, high_open, allow_inf)
+    return _typed(check, "float", optional)
+
+
+def whole(low, high=None, *, optional=False) -> Check:
+    """An integer >= ``low`` (and <= ``high``, a number or ``high(config)``); ``optional``: or
+    None."""
+    def check(cfg, name):
+        if not (optional and getattr(cfg, name) is None):
+            integer(cfg, name, low, high(cfg) if callable(high) else high)
+    return _typed(check, "int", optional)
+
+
+def one_of(allowed, *, optional=False) -> Check:
+    """One of ``allowed`` (a tuple, or a function returning one, for a registry read at each
+    check); ``optional``: or None."""
+    def check(cfg, name):
+        if not (optional and getattr(cfg, name) is None):
+            choice(cfg, name, allowed() if callable(allowed) else allowed)
+    return _typed(check, "str", optional)
+
+
+def flag() -> Check:
+    """True or False (:func:`boolean`)."""
+    return _typed(lambda cfg, name: boolean(cfg, name), "bool", False)
 
 
 def refuse(message: str):

@@ -38,11 +38,12 @@ class Registry:
                              f"{self._entries[name].module})")
 
     def add(self, name: str, entry) -> None:
-        """Register ``entry`` (which has a ``module`` attribute) as ``name``."""
+        """Register ``entry`` (which has a ``module`` attribute) as ``name``. The listeners hear
+        of it first: one that raises refuses the entry, and nothing is registered."""
         self.check_name(name)
-        self._entries[name] = entry
         for listener in self._listeners:
             listener(name, entry)
+        self._entries[name] = entry
 
     def remove(self, name: str) -> None:
         """Remove a registered entry (for tests that register a toy one)."""
@@ -63,6 +64,6 @@ class Registry:
         return tuple(self._entries)
 
     def listen(self, listener: Callable[[str, object | None], None]) -> None:
-        """Call ``listener(name, entry)`` on every entry added from now on, and
-        ``listener(name, None)`` on every removal."""
+        """Call ``listener(name, entry)`` before every entry added from now on (it may refuse
+        the entry by raising), and ``listener(name, None)`` after every removal."""
         self._listeners.append(listener)

@@ -88,10 +88,55 @@ from labkit.config import TrainConfig
 from labkit.fields import int_at_least
 from labkit.losses import LOCAL_AGGREGATIONS, LOSS_REGISTRY, get_loss_type
 
+
 # ---- the tables ----------------------------------------------------------------------------------
+class _WithSettings(Mapping):
+    """One of the bridge's field tables: the entries written below, plus those that the loss
+    types' own settings (:class:`labkit.fields.Setting`) classify themselves, read from the loss
+    registry at each use, so a loss registered later is classified by its registration."""
+
+    def __init__(self, written: dict, derive):
+        self._written, self._derive = written, derive
+
+    def _all(self) -> dict:
+        return {**self._written, **self._derive()}
+
+    def __getitem__(self, name):
+        return self._all()[name]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __repr__(self) -> str:
+        return repr(self._all())
+
+
+def _settings(shared: bool):
+    """``(name, Setting, loss type)`` of every registered setting that TRL shares (``trl`` set)
+    or not."""
+    return [(name, setting, loss) for loss in LOSS_REGISTRY.values()
+            for name, setting in loss.settings.items() if (setting.trl is not None) == shared]
+
+
+def _lab_only_settings() -> dict:
+    # a loss TRL runs: its lab-only knob at another value would run another algorithm there
+    return {name: (setting.default, setting.why or f"TRL's {loss.trl_name} loss has no such "
+                   f"setting (declared by loss_type={loss.name!r})")
+            for name, setting, loss in _settings(False) if loss.trl_name is not None}
+
+
+def _not_carried_settings() -> dict:
+    return {name: f"loss_type={loss.name!r} only (refused)"
+            for name, setting, loss in _settings(False) if loss.trl_name is None}
+
+
 #: Lab field -> ``GRPOConfig`` field of the same meaning, copied as is (after
-#: :data:`TRL_VALUES`' renames). A field missing from the ``TrainConfig`` is skipped.
-SHARED_FIELDS = {
+#: :data:`TRL_VALUES`' renames). A field missing from the ``TrainConfig`` is skipped. With the
+#: loss types' settings that name their TRL field.
+SHARED_FIELDS = _WithSettings({
     "num_generations": "num_generations",
     "max_completion_length": "max_completion_length",
     "temperature": "temperature",
@@ -117,18 +162,12 @@ SHARED_FIELDS = {
     "gradient_checkpointing": "gradient_checkpointing",
     "multi_objective_aggregation": "multi_objective_aggregation",
     "use_bias_correction_kl": "use_bias_correction_kl",
-    "sapo_temperature_pos": "sapo_temperature_pos",
-    "sapo_temperature_neg": "sapo_temperature_neg",
-    "vespo_k_pos": "vespo_k_pos",
-    "vespo_lambda_pos": "vespo_lambda_pos",
-    "vespo_k_neg": "vespo_k_neg",
-    "vespo_lambda_neg": "vespo_lambda_neg",
     "sync_ref_model": "sync_ref_model",
     "ref_model_mixup_alpha": "ref_model_mixup_alpha",
     "ref_model_sync_steps": "ref_model_sync_steps",
     "top_entropy_quantile": "top_entropy_quantile",
     "max_tool_calling_iterations": "max_tool_calling_iterations",
-}
+}, lambda: {name: setting.trl for name, setting, _ in _settings(True)})
 
 class _TRLLossNames(Mapping):
     """Lab loss type -> TRL's ``loss_type``, read from the loss registry at each use (each loss
@@ -203,7 +242,8 @@ DERIVED_FIELDS = {
 
 #: Lab-only settings: ``field -> (value that TRL's GRPOTrainer also has, {value: why not})``.
 #: A config whose field holds another value is refused; the reasons name TRL's nearest tool.
-LAB_ONLY = {
+#: With the lab-only settings of the loss types TRL has (refused off their default).
+LAB_ONLY = _WithSettings({
     "advantage_estimator": ("grpo", _EstimatorRefusals()),
     "num_remains_in_group": (None, (
         "GFPO's filter (keep k of G completions per group, arXiv 2508.09726) is not in TRL's "
@@ -235,9 +275,6 @@ LAB_ONLY = {
     "train_on_environment_tokens": (False, (
         "TRL always keeps tool results out of the loss (its tool_mask); training on them is "
         "the lab's demonstration of the masking bug")),
-    "cispo_min_weight": (None, (
-        "TRL's CISPO caps the importance weight from above only; a floor on it (verl's "
-        "1 - clip_ratio_low) has no GRPOConfig setting")),
     "rlplus_demonstrations": (False, (
         "RL-PLUS's demonstration completions (arXiv 2508.00222) are not in TRL's GRPOTrainer")),
     "gfpo_adaptive_k": (None, (
@@ -263,13 +300,14 @@ LAB_ONLY = {
     "resume_from": (None, (
         "a lab checkpoint cannot resume a TRL run: TRL resumes its own with "
         "trainer.train(resume_from_checkpoint=...)")),
-}
+}, _lab_only_settings)
 
 #: Lab-only features a user may drop on purpose (``drop_unsupported``): the value they become.
 DROPPABLE = {"dynamic_sampling": False, "dual_clip": None, "eval_every": 0}
 
-#: Lab fields with no effect on what the bridge hands TRL, and why.
-NOT_CARRIED = {
+#: Lab fields with no effect on what the bridge hands TRL, and why. With the settings of the loss
+#: types TRL lacks (the loss type itself is refused).
+NOT_CARRIED = _WithSettings({
     "gamma": "GAE only (advantage_estimator='gae' is refused)",
     "lam": "GAE only",
     "vf_coef": "critic only",
@@ -286,7 +324,6 @@ NOT_CARRIED = {
     "clip_cov_ub": "cov_penalty only (refused)",
     "kl_cov_ratio": "cov_penalty only (refused)",
     "kl_cov_coef": "cov_penalty only (refused)",
-    "exploration_gamma": "RL-PLUS only (refused)",
     "entropy_threshold": "a metric's threshold (entropy_high_frac), not the algorithm",
     "decode_path": "the lab sampler's decode loop (TRL samples with transformers' generate or "
                    "vLLM)",
@@ -307,7 +344,7 @@ NOT_CARRIED = {
     "vllm_importance_sampling_mode": "vllm_importance_sampling_correction only",
     "vllm_importance_sampling_clip_max": "vllm_importance_sampling_correction only",
     "vllm_importance_sampling_clip_min": "vllm_importance_sampling_correction only",
-}
+}, _not_carried_settings)
 
 #: TRL knobs the lab does not have, pinned to the lab's behaviour so that TRL's defaults cannot
 #: change the algorithm. ``use_bias_correction_kl``: TRL defaults to True (DeepSeek-V3.2's
@@ -357,10 +394,9 @@ _OVERLONG_NAME = "soft_overlong_punishment_reward"
 
 #: TRL fields the bridge derives from the TrainConfig; ``overrides`` may not set them (set the
 #: TrainConfig field instead), so the two sides cannot disagree by accident.
-_PROTECTED = {*SHARED_FIELDS.values(), *TRL_PINNED, "per_device_train_batch_size",
-              "gradient_accumulation_steps", "steps_per_generation", "generation_batch_size",
-              "max_steps", "warmup_steps", "warmup_ratio", "reward_weights",
-              "activation_checkpointing"} - {"use_vllm"}
+_PROTECTED = {*TRL_PINNED, "per_device_train_batch_size", "gradient_accumulation_steps",
+              "steps_per_generation", "generation_batch_size", "max_steps", "warmup_steps",
+              "warmup_ratio", "reward_weights", "activation_checkpointing"} - {"use_vllm"}
 
 
 # ---- checks --------------------------------------------------------------------------------------
@@ -586,7 +622,7 @@ def to_grpo_config(config: TrainConfig, *, output_dir, num_processes: int = 1,
                                          or num_reward_funcs < 1):
         raise ValueError(f"num_reward_funcs must be None or an integer >= 1 (reward functions "
                          f"before the overlong punishment), got {num_reward_funcs!r}")
-    clash = sorted(set(overrides) & _PROTECTED)
+    clash = sorted(set(overrides) & {*_PROTECTED, *SHARED_FIELDS.values()})
     if clash:
         raise ValueError(f"{', '.join(clash)} follow(s) from the TrainConfig; set the lab field "
                          f"(see labkit.trl_bridge.SHARED_FIELDS) instead of overriding TRL's")

@@ -1,8 +1,14 @@
 """Adding a method is one file and one registration: a toy loss and a toy estimator, registered
-from this test file alone, are reachable from TrainConfig, trained by the trainer, refused by name
-by the TRL bridge and listed by the catalog, with no edit anywhere else."""
+from this test file alone or from a module written to a temporary folder, are reachable from
+TrainConfig (a loss's own setting becomes a field, range and doc included), trained by the
+trainer, classified or refused by name by the TRL bridge and listed by the catalog, with no edit
+anywhere else."""
 
 import copy
+import dataclasses
+import importlib.util
+import inspect
+import textwrap
 
 import pytest
 import torch
@@ -16,15 +22,17 @@ from labkit.advantages import (
     unregister_advantage_estimator,
 )
 from labkit.catalog import catalog_frame
-from labkit.config import TrainConfig, preset
+from labkit.config import FIELD_DOCS, TrainConfig, preset
+from labkit.fields import Setting, between
 from labkit.losses import (
+    LOSS_REGISTRY,
     get_loss_type,
     policy_loss,
     register_policy_loss,
     unregister_policy_loss,
 )
 from labkit.trainer import Trainer
-from labkit.trl_bridge import to_grpo_config
+from labkit.trl_bridge import LAB_ONLY, NOT_CARRIED, SHARED_FIELDS, to_grpo_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -115,3 +123,120 @@ def test_an_estimator_registered_here_is_an_estimator_everywhere(toy_estimator, 
         to_grpo_config(config, output_dir="unused")
     row = catalog_frame().set_index("id").loc["toy-median"]
     assert row["status"] == "implemented" and row["changes"] == "advantage"
+
+
+#: A new method as a contributor writes it: one module, nothing else touched (CONTRIBUTING.md).
+TOY_MODULE = """
+    import math
+
+    from labkit.advantages import Advantages, group_rows, register_advantage_estimator
+    from labkit.fields import Setting, between
+    from labkit.losses import register_policy_loss
+
+
+    @register_policy_loss(
+        "toy_scaled", aggregation="token_mean",
+        options={"toy_scale": Setting(1.0, between(0, math.inf, low_open=True),
+                                      "toy_scaled: multiplies -A log pi")},
+        summary="-toy_scale * A log pi")
+    def _toy_scaled(x, toy_scale):
+        return -toy_scale * x.advantages * x.logp
+
+
+    @register_advantage_estimator("toy_max", summary="r minus the group's best reward")
+    def _toy_max(x):
+        groups = group_rows(x.rewards, x.num_generations)
+        return Advantages((groups - groups.max(-1, keepdim=True).values).reshape(-1))
+"""
+
+
+@pytest.fixture
+def toy_module(tmp_path):
+    path = tmp_path / "toy_method.py"
+    path.write_text(textwrap.dedent(TOY_MODULE))
+    spec = importlib.util.spec_from_file_location("toy_method", path)
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    yield
+    unregister_policy_loss("toy_scaled")
+    unregister_advantage_estimator("toy_max")
+
+
+def test_a_loss_with_a_setting_and_an_estimator_from_one_module_train(toy_module, random_tiny):
+    # the setting is a TrainConfig field: default, range and doc from the registration
+    assert TrainConfig().toy_scale == 1.0
+    assert FIELD_DOCS["toy_scale"] == "toy_scaled: multiplies -A log pi"
+    assert "toy_scale (1.0): toy_scaled: multiplies -A log pi" in TrainConfig.__doc__
+    with pytest.raises(ValueError, match=r"toy_scale must be in \(0, inf\), got 0"):
+        TrainConfig(loss_type="toy_scaled", toy_scale=0)
+    config = preset("grpo", loss_type="toy_scaled", toy_scale=2.0,
+                    advantage_estimator="toy_max", **{**SMALL, "max_steps": 2})  # step 1: lr 0
+    with pytest.raises(ValueError, match="toy_scale"):
+        config.toy_scale = -1.0
+    assert config.toy_scale == 2.0 and config.to_dict()["toy_scale"] == 2.0
+    model, tokenizer, data = random_tiny
+    trainer = Trainer(config, model=copy.deepcopy(model), tokenizer=tokenizer, train_dataset=data,
+                      reward_funcs=[length_reward])
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    history = trainer.train().history
+    assert history["skipped_nonfinite"].sum() == 0 and history["completions_trained"].sum() > 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    # the bridge classifies the setting by its declaration (TRL has neither loss nor knob) and
+    # refuses the loss and the estimator by name
+    assert NOT_CARRIED["toy_scale"] == "loss_type='toy_scaled' only (refused)"
+    assert "toy_scale" not in SHARED_FIELDS and "toy_scale" not in LAB_ONLY
+    with pytest.raises(ValueError, match="advantage_estimator='toy_max' cannot be expressed"):
+        to_grpo_config(config, output_dir="unused")
+    with pytest.raises(ValueError, match="loss_type='toy_scaled' has no TRL equivalent"):
+        to_grpo_config(preset("grpo", loss_type="toy_scaled", **SMALL), output_dir="unused")
+    # the catalog lists both, the loss with its setting
+    rows = catalog_frame().set_index("id")
+    assert "setting toy_scale (default 1.0)" in rows.loc["toy-scaled", "note"]
+    assert rows.loc["toy-max", "changes"] == "advantage"
+
+
+def test_a_removed_loss_takes_its_setting_with_it(toy_module):
+    assert "toy_scale" in {f.name for f in dataclasses.fields(TrainConfig)}
+    unregister_policy_loss("toy_scaled")
+    try:
+        assert "toy_scale" not in {f.name for f in dataclasses.fields(TrainConfig)}
+        with pytest.raises(TypeError, match="toy_scale"):
+            TrainConfig(toy_scale=2.0)
+    finally:  # the fixture removes it again
+        register_policy_loss("toy_scaled", aggregation="token_mean", options={
+            "toy_scale": Setting(1.0, between(0, 1), "again")})(lambda x, toy_scale: x.logp)
+
+
+def test_an_option_no_field_holds_is_refused_naming_its_registration():
+    """Before, such a loss registered fine and then broke every config with a bare
+    AttributeError."""
+    with pytest.raises(ValueError, match=r"loss_type 'toy_knob' \(registered in .*\) reads "
+                                         r"option 'toy_knob_tau', which is no TrainConfig field"):
+        register_policy_loss("toy_knob", aggregation="token_mean",
+                             options={"toy_knob_tau": 1.0})(lambda x, toy_knob_tau: x.logp)
+    assert "toy_knob" not in LOSS_REGISTRY
+    assert TrainConfig().loss_type == "grpo"
+
+
+def test_a_setting_is_declared_once():
+    with pytest.raises(ValueError, match="declares the setting 'epsilon', which TrainConfig "
+                                         "already has"):
+        register_policy_loss("toy_eps", aggregation="token_mean", options={
+            "epsilon": Setting(0.3, between(0, 1), "again")})(lambda x, epsilon: x.logp)
+    with pytest.raises(ValueError, match="declares the setting 'sapo_temperature_pos' "
+                                         "differently from loss_type 'sapo'"):
+        register_policy_loss("toy_sapo", aggregation="token_mean", options={
+            "sapo_temperature_pos": Setting(2.0, between(0, 9), "mine")})(
+                lambda x, sapo_temperature_pos: x.logp)
+    assert "toy_eps" not in LOSS_REGISTRY and "toy_sapo" not in LOSS_REGISTRY
+
+
+@pytest.mark.parametrize("name", list(LOSS_REGISTRY))
+def test_registered_defaults_are_the_config_defaults(name):
+    """Each option's default lives in its registration: the config's field and the surrogate
+    (which gets every option from policy_loss) cannot disagree with it."""
+    loss = LOSS_REGISTRY[name]
+    config = TrainConfig()
+    for option, default in loss.options.items():
+        assert getattr(config, option) == default, option
+        parameter = inspect.signature(loss.surrogate).parameters[option]
+        assert parameter.default in (inspect.Parameter.empty, default), option

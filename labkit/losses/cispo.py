@@ -3,8 +3,11 @@ importance weight, so no token ever loses its gradient to the clip."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
+from labkit.fields import Setting, between
 from labkit.losses.registry import SurrogateInputs, register_policy_loss
 from labkit.losses.validation import exp_ratio
 
@@ -64,11 +67,20 @@ def _check_cispo_config(config) -> None:
 
 
 @register_policy_loss("cispo", aggregation="token_mean", trl_name="cispo",
-                      options={"cispo_min_weight": None}, clip_flags=_cispo_clip_flags, config_check=_check_cispo_config,
+                      options={"cispo_min_weight": Setting(
+                          None, between(0, math.inf, optional=True),
+                          "CISPO: lower bound of the clipped importance weight (loss_type="
+                          "'cispo'); None = no floor (TRL). verl's default CISPO clips to "
+                          "[1 - clip_ratio_low, 1 + clip_ratio_high]: its 0.2/0.2 is "
+                          "cispo_min_weight=0.8 with epsilon_high=1.2 here "
+                          "(docs/conventions.md)",
+                          why="TRL's CISPO caps the importance weight from above only; a floor "
+                              "on it (verl's 1 - clip_ratio_low) has no GRPOConfig setting")},
+                      clip_flags=_cispo_clip_flags, config_check=_check_cispo_config,
                       paper=(("MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning "
                               "Attention"), "2506.13585"),
                       summary="clipped, detached IS weight times log pi; token mean")
-def _cispo(x: SurrogateInputs, cispo_min_weight: float | None = None) -> torch.Tensor:
+def _cispo(x: SurrogateInputs, cispo_min_weight: float | None) -> torch.Tensor:
     if x.epsilon_high is None:
         raise ValueError(
             "loss_type='cispo' needs epsilon_high, the absolute cap on the importance weight "

@@ -227,8 +227,9 @@ def policy_loss(
 
 
 def _loss_options(loss: LossType, given: dict) -> dict:
-    """The loss's own keywords from ``given``; a keyword it does not take is refused, unless it
-    is None (the value that switches another loss's option off)."""
+    """The loss's own keywords from ``given``, its registered defaults for the options not
+    given; a keyword it does not take is refused, unless it is None (the value that switches
+    another loss's option off)."""
     unknown = {k: v for k, v in given.items() if k not in loss.keywords}
     for name, value in unknown.items():
         owners = option_owners(name)
@@ -238,7 +239,7 @@ def _loss_options(loss: LossType, given: dict) -> dict:
         if value is not None:
             raise ValueError(f"{name} only apply to the loss types {owners}, not "
                              f"{loss.name!r} (its options: {loss.keywords or 'none'})")
-    return {k: v for k, v in given.items() if k in loss.keywords}
+    return {**loss.options, **{k: v for k, v in given.items() if k in loss.keywords}}
 
 
 def _ratio_metrics(log_w, token_lr, adv, m, loss, epsilon, epsilon_high, dual_clip):

@@ -9,8 +9,10 @@ the trainer (which config fields to pass), the TRL bridge (TRL's name, or a refu
 catalog (a registered loss without a catalog entry is listed from its registration).
 
 Adding a loss is one new file in this package that calls :func:`register_policy_loss`, plus its
-import line in ``labkit/losses/__init__.py`` (and a :class:`~labkit.config.TrainConfig` field only
-for a new knob); ``tests/test_registries.py`` shows it with a toy loss registered from a test.
+import line in ``labkit/losses/__init__.py``. A knob of its own is declared there too, as a
+:class:`~labkit.fields.Setting` (default, range, doc, TRL's name): the config gets a field of that
+name, the TRL bridge copies or refuses it, the catalog lists it. ``tests/test_registries.py``
+registers a loss with a setting from a module written to a temporary folder and trains it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from types import MappingProxyType
 
 import torch
 
+from labkit.fields import Setting
 from labkit.losses.aggregation import AGGREGATIONS
 from labkit.registry import Registry
 
@@ -73,9 +76,12 @@ class LossType:
         aggregation: key of :data:`labkit.losses.aggregation.AGGREGATIONS`.
         clipped: True for PPO's clipped ratio (clip-higher, ``delta``, dual-clip and the
             Clip-Cov/KL-Cov penalties act on it).
-        options: the loss's own keywords, each a :class:`~labkit.config.TrainConfig` field of the
-            same name, with its default; ``policy_loss`` accepts these beside the shared
-            parameters, and the trainer passes them from the config.
+        options: the loss's own keywords with their defaults, each a
+            :class:`~labkit.config.TrainConfig` field of the same name; ``policy_loss`` accepts
+            these beside the shared parameters (a missing one takes its default), and the
+            trainer passes them from the config.
+        settings: the options this loss declares (:class:`~labkit.fields.Setting`): the config
+            fields it adds. An option given as a bare default names a field declared elsewhere.
         batch_inputs: keywords the loss takes from the batch (attributes of
             :class:`labkit.experience.Experience`, e.g. RL-PLUS's ``demonstrations``); the trainer
             passes them from each micro-batch.
@@ -92,6 +98,7 @@ class LossType:
     aggregation: str
     clipped: bool = False
     options: Mapping[str, object] = field(default_factory=dict)
+    settings: Mapping[str, Setting] = field(default_factory=dict)
     batch_inputs: tuple[str, ...] = ()
     trl_name: str | None = None
     clip_flags: ClipFlags | None = None
@@ -125,22 +132,29 @@ LOSS_REGISTRY: Mapping[str, LossType] = _TABLE.view
 
 
 def register_policy_loss(name: str, *, aggregation: str, clipped: bool = False,
-                         options: Mapping[str, object] | None = None,
+                         options: Mapping[str, Setting | object] | None = None,
                          batch_inputs: tuple[str, ...] = (), trl_name: str | None = None,
                          clip_flags: ClipFlags | None = None, config_check=None,
                          paper: tuple[str, str | None] | None = None, summary: str = ""):
     """Decorator: register the decorated surrogate as ``loss_type=name`` (returns it unchanged).
 
-    Registering a name twice raises, so two files cannot silently fight over one loss type; a
-    test that registers a toy loss removes it with :func:`unregister_policy_loss`.
+    ``options`` maps each of the surrogate's own keywords to a :class:`~labkit.fields.Setting`
+    (a config field this loss declares) or to a bare default (a field declared elsewhere, e.g. by
+    another loss). Registering a name twice raises, so two files cannot silently fight over one
+    loss type; a test that registers a toy loss removes it with :func:`unregister_policy_loss`.
     """
     _TABLE.check_name(name)
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation must be one of {tuple(AGGREGATIONS)}, got {aggregation!r}")
 
+    options = dict(options or {})
+    settings = {key: value for key, value in options.items() if isinstance(value, Setting)}
+    defaults = {key: getattr(value, "default", value) for key, value in options.items()}
+
     def decorator(surrogate):
         _TABLE.add(name, LossType(name=name, surrogate=surrogate, aggregation=aggregation,
-                                   clipped=clipped, options=MappingProxyType(dict(options or {})),
+                                   clipped=clipped, options=MappingProxyType(defaults),
+                                   settings=MappingProxyType(settings),
                                    batch_inputs=tuple(batch_inputs), trl_name=trl_name, clip_flags=clip_flags,
                                    config_check=config_check, paper=paper, summary=summary))
         return surrogate
@@ -171,6 +185,13 @@ def clipped_loss_types() -> tuple[str, ...]:
 def option_owners(option: str) -> tuple[str, ...]:
     """The loss types that take ``option`` (a config field or a batch input)."""
     return tuple(name for name, loss in LOSS_REGISTRY.items() if option in loss.keywords)
+
+
+def listen(listener) -> None:
+    """Call ``listener(name, loss_type)`` before every loss type registered from now on (raising
+    refuses it), and ``listener(name, None)`` after every removal
+    (:class:`labkit.config.TrainConfig` follows the losses' settings this way)."""
+    _TABLE.listen(listener)
 
 
 def all_options() -> dict[str, object]:

@@ -3,8 +3,11 @@ multiple-importance-sampling ratio and an exploration weight."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
+from labkit.fields import Setting, between
 from labkit.losses.clipped import no_clip_surrogate
 from labkit.losses.ratios import token_log_ratio
 from labkit.losses.registry import SurrogateInputs, register_policy_loss
@@ -98,14 +101,19 @@ def _check_rlplus_config(config) -> None:
 
 
 @register_policy_loss("rlplus", aggregation="fixed_length", trl_name=None,
-                      options={"exploration_gamma": 0.5}, batch_inputs=("demonstrations",),
+                      options={"exploration_gamma": Setting(
+                          0.5, between(0, math.inf),
+                          "RL-PLUS (loss_type='rlplus'): exponent of the exploration weight "
+                          "(1 - p)^gamma on demonstration tokens (arXiv 2508.00222, code default "
+                          "0.5)")},
+                      batch_inputs=("demonstrations",),
                       config_check=_check_rlplus_config,
                       paper=(("RL-PLUS: Countering Capability Boundary Collapse of LLMs in "
                               "Reinforcement Learning with Hybrid-policy Optimization"),
                              "2508.00222"),
                       summary="no clip; demonstrations weighed by the MIS ratio and (1 - p)^gamma")
-def _rlplus(x: SurrogateInputs, demonstrations: torch.Tensor | None = None,
-            exploration_gamma: float = 0.5) -> torch.Tensor:
+def _rlplus(x: SurrogateInputs, exploration_gamma: float,
+            demonstrations: torch.Tensor | None = None) -> torch.Tensor:
     if x.importance_sampling_level != "token":
         raise ValueError("loss_type='rlplus' uses token ratios (importance_sampling_level="
                          "'token')")

@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
+from labkit.fields import Setting, between
 from labkit.losses.registry import SurrogateInputs, register_policy_loss
 from labkit.losses.validation import exp_ratio
+
+#: SAPO's own settings, declared once: the config fields, their ranges and TRL's names.
+SETTINGS = {
+    "sapo_temperature_pos": Setting(
+        1.0, between(0, math.inf, low_open=True),
+        'SAPO soft-gate temperature for A > 0 (TRL; loss_type="sapo")',
+        trl="sapo_temperature_pos"),
+    "sapo_temperature_neg": Setting(
+        1.05, between(0, math.inf, low_open=True),
+        'SAPO soft-gate temperature for A <= 0 (TRL; loss_type="sapo")',
+        trl="sapo_temperature_neg"),
+}
 
 
 def sapo_surrogate(
     log_ratio: torch.Tensor,
     advantages: torch.Tensor,
-    temperature_pos: float = 1.0,
-    temperature_neg: float = 1.05,
+    temperature_pos: float = SETTINGS["sapo_temperature_pos"].default,
+    temperature_neg: float = SETTINGS["sapo_temperature_neg"].default,
 ) -> torch.Tensor:
     r"""SAPO soft gate (Qwen): a sigmoid in the ratio instead of a hard clip.
 
@@ -47,9 +62,9 @@ def sapo_surrogate(
 
 
 @register_policy_loss("sapo", aggregation="sequence_mean", trl_name="sapo",
-                      options={"sapo_temperature_pos": 1.0, "sapo_temperature_neg": 1.05},
+                      options=SETTINGS,
                       paper=("Soft Adaptive Policy Optimization", "2511.20347"),
                       summary="sigmoid gate of the ratio; mean per sequence, then over sequences")
-def _sapo(x: SurrogateInputs, sapo_temperature_pos: float = 1.0,
-          sapo_temperature_neg: float = 1.05) -> torch.Tensor:
+def _sapo(x: SurrogateInputs, sapo_temperature_pos: float,
+          sapo_temperature_neg: float) -> torch.Tensor:
     return sapo_surrogate(x.log_w, x.advantages, sapo_temperature_pos, sapo_temperature_neg)

@@ -6,8 +6,24 @@ import math
 
 import torch
 
+from labkit.fields import Setting, between
 from labkit.losses.registry import SurrogateInputs, register_policy_loss
 from labkit.losses.validation import LOG_RATIO_LIMIT
+
+#: VESPO's own settings, declared once: the config fields, their ranges and TRL's names.
+SETTINGS = {
+    "vespo_k_pos": Setting(2.0, between(0, math.inf),
+                           'VESPO Gamma-kernel shape k for A >= 0 (TRL; loss_type="vespo")',
+                           trl="vespo_k_pos"),
+    "vespo_lambda_pos": Setting(3.0, between(0, math.inf, low_open=True),
+                                "VESPO Gamma-kernel rate lambda for A >= 0 (TRL)",
+                                trl="vespo_lambda_pos"),
+    "vespo_k_neg": Setting(3.0, between(0, math.inf),
+                           "VESPO Gamma-kernel shape k for A < 0 (TRL)", trl="vespo_k_neg"),
+    "vespo_lambda_neg": Setting(2.0, between(0, math.inf, low_open=True),
+                                "VESPO Gamma-kernel rate lambda for A < 0 (TRL)",
+                                trl="vespo_lambda_neg"),
+}
 
 
 def vespo_surrogate(
@@ -15,10 +31,10 @@ def vespo_surrogate(
     token_log_ratio: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    k_pos: float = 2.0,
-    lambda_pos: float = 3.0,
-    k_neg: float = 3.0,
-    lambda_neg: float = 2.0,
+    k_pos: float = SETTINGS["vespo_k_pos"].default,
+    lambda_pos: float = SETTINGS["vespo_lambda_pos"].default,
+    k_neg: float = SETTINGS["vespo_k_neg"].default,
+    lambda_neg: float = SETTINGS["vespo_lambda_neg"].default,
 ) -> torch.Tensor:
     r"""VESPO (arXiv 2602.10693): REINFORCE scaled by a Gamma-shaped kernel of the sequence weight.
 
@@ -69,14 +85,13 @@ def _check_vespo_config(config) -> None:
 
 
 @register_policy_loss("vespo", aggregation="token_mean", trl_name="vespo",
-                      options={"vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0, "vespo_k_neg": 3.0,
-                               "vespo_lambda_neg": 2.0},
+                      options=SETTINGS,
                       config_check=_check_vespo_config,
                       paper=(("VESPO: Variational Sequence-Level Soft Policy Optimization for "
                               "Stable Off-Policy LLM Training"), "2602.10693"),
                       summary="Gamma kernel of the sequence weight times log pi; token mean")
-def _vespo(x: SurrogateInputs, vespo_k_pos: float = 2.0, vespo_lambda_pos: float = 3.0,
-           vespo_k_neg: float = 3.0, vespo_lambda_neg: float = 2.0) -> torch.Tensor:
+def _vespo(x: SurrogateInputs, vespo_k_pos: float, vespo_lambda_pos: float,
+           vespo_k_neg: float, vespo_lambda_neg: float) -> torch.Tensor:
     if x.advantages.shape[1] != 1:
         raise ValueError("loss_type='vespo' weighs whole sequences: give one advantage per "
                          "sequence, shape (B,) or (B, 1)")

@@ -19,13 +19,17 @@ from labkit.tasks import load_split
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 CONVERSIONS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__")
+#: Operations whose output shape depends on the data, so the host waits for it.
+DATA_SHAPED = ("nonzero", "unique", "masked_select")
 
 
 @contextmanager
 def host_reads():
-    """Count the tensor-to-Python conversions made inside the block."""
+    """Count the tensor-to-Python conversions and data-shaped operations made inside the block
+    (a proxy for the syncs a GPU would make: what happens inside C++ operations is not seen)."""
     counted = {"reads": 0}
-    originals = {name: getattr(torch.Tensor, name) for name in CONVERSIONS}
+    originals = {name: getattr(torch.Tensor, name) for name in CONVERSIONS + DATA_SHAPED}
+    functions = {name: getattr(torch, name) for name in DATA_SHAPED}
 
     def counting(original):
         def convert(self, *args, **kwargs):
@@ -35,11 +39,15 @@ def host_reads():
 
     for name, original in originals.items():
         setattr(torch.Tensor, name, counting(original))
+    for name, original in functions.items():
+        setattr(torch, name, counting(original))
     try:
         yield counted
     finally:
         for name, original in originals.items():
             setattr(torch.Tensor, name, original)
+        for name, original in functions.items():
+            setattr(torch, name, original)
 
 
 def test_the_fixed_loop_reads_the_finished_rows_every_check_every_tokens(shipped_tiny,
@@ -119,3 +127,32 @@ def test_a_steps_metrics_are_read_in_one_transfer_with_the_same_values():
         assert row[name] == value, name  # bit for bit the values one read per metric gave
     assert row["ptx_loss"] == 0.25 and math.isnan(row["value_loss"])
     assert row["skipped_nonfinite"] == 0 and math.isnan(row["clip_high"])
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_the_decode_step_reads_nothing_back_as_a_cuda_graph_requires(monkeypatch, attention):
+    """A CUDA graph cannot capture a step that reads a value back to the host: the fixed loop's
+    step (mask column, model forward on the static cache, logits copy, counters) makes no read,
+    on both attention implementations it drives (transformers' Qwen3 here)."""
+    from labkit import rollout
+    from labkit.decode import DecodePlan
+    from labkit.models import load_policy
+
+    model, tokenizer = load_policy("tiny", device="cpu", dtype="float32",
+                                   attn_implementation=attention)
+    real = rollout.plan_decoding
+    monkeypatch.setattr(rollout, "plan_decoding", lambda model, path, graphs: (
+        real(model, path, graphs) if path == "dynamic" else DecodePlan("fixed", True, "test")))
+    reads = []
+
+    def capture(workspace, model):
+        with host_reads() as counted:
+            workspace.step(model)
+        reads.append(counted["reads"])
+        workspace.graph = None  # decode with eager steps from here
+
+    monkeypatch.setattr(decode._Workspace, "capture", capture)
+    prompts = load_split("train").select(range(2))["prompt"]
+    for _ in range(2):  # captured at the second use of the shape
+        generate(model, tokenizer, prompts, num_generations=2, max_completion_length=8)
+    assert reads == [0]

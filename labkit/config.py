@@ -47,17 +47,20 @@ from labkit.advantages import (
 )
 from labkit.decode import DECODE_PATHS
 from labkit.fields import (
+    Check,
     Setting,
+    between,
     boolean,
     choice,
     device,
     integer,
     integer_tuple,
-    number,
     number_tuple,
+    one_of,
     path,
     refuse,
     text,
+    whole,
 )
 from labkit.filters import GFPO_METRICS
 from labkit.losses import (
@@ -91,6 +94,61 @@ def inert_clip_higher_message(config) -> str:
             f"batch into 16 mini-batches (set num_mini_batches > 1 to make it act)")
 
 
+# ---- ranges that need more than one bound ----------------------------------------------------------
+def _ranged(default, check: Check):
+    """A field with its range beside it: :meth:`TrainConfig._check_values` loops over these."""
+    return dataclasses.field(default=default, metadata={"range": check})
+
+
+def _device(cfg, name):
+    device(cfg)
+
+
+def _trainable_dtype(cfg, name):
+    choice(cfg, name, DTYPES)
+    if getattr(cfg, name) in ("float16", "fp16"):
+        raise ValueError("dtype='float16' cannot train here: without loss scaling the "
+                         "updates overflow and the weights turn NaN after one step (measured "
+                         "on the tiny Qwen: 796k of 800k weights). Use 'bfloat16' on a GPU "
+                         "that has it, else 'float32'")
+
+
+def _num_generations(cfg) -> int:
+    return cfg.num_generations
+
+
+def _adaptive_k(cfg, name):
+    if getattr(cfg, name) is not None:
+        integer_tuple(cfg, name, 4, low=2, high=cfg.num_generations)
+
+
+def _reward_weights(cfg, name):
+    if getattr(cfg, name) is not None:
+        number_tuple(cfg, name)
+
+
+def _overlong_buffer(cfg, name):
+    integer(cfg, name, low=0)
+    if cfg.overlong_buffer_len >= cfg.max_completion_length:
+        raise ValueError(
+            f"overlong_buffer_len must be in [0, max_completion_length) = "
+            f"[0, {cfg.max_completion_length}), got {cfg.overlong_buffer_len}")
+
+
+def _lora_targets(cfg, name):
+    targets = cfg.lora_target_modules
+    if targets is None or targets == "all-linear":
+        return
+    ok = (not isinstance(targets, (str, bytes, dict)) and hasattr(targets, "__iter__")
+          and len(tuple(targets)) > 0
+          and all(isinstance(t, str) and t.strip() for t in tuple(targets)))
+    if not ok:
+        raise ValueError(f"lora_target_modules must be None, 'all-linear' or a non-empty "
+                         f"tuple of module names such as ('q_proj', 'v_proj'), got "
+                         f"{targets!r}")
+    object.__setattr__(cfg, "lora_target_modules", tuple(targets))
+
+
 @dataclass
 class TrainConfig:
     """All settings of a run; ``TrainConfig()`` is the lab's GRPO (``preset("grpo")``).
@@ -102,285 +160,292 @@ class TrainConfig:
     """
 
     # ---- model and machine ----------------------------------------------------------------------
-    model_name_or_path: str = "tiny"
+    model_name_or_path: str = _ranged("tiny", text)
     """policy to load when ``train`` gets no model: ``"tiny"`` (shipped), a folder or a hub id"""
-    device: str = "auto"
+    device: str = _ranged("auto", _device)
     """``"auto"`` = cuda, then mps, then cpu; or any torch device string"""
-    dtype: str = "auto"
+    dtype: str = _ranged("auto", _trainable_dtype)
     """``"auto"`` = bfloat16 on GPUs that support it, else float32; or float32/bfloat16 (float16
     is refused: without loss scaling its updates overflow and the weights turn NaN)"""
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = _ranged(False, boolean)
     """recompute activations in backward: less memory, about a third more compute"""
-    seed: int = 0
+    seed: int = _ranged(0, whole(0))
     """seeds python, torch, the prompt order and the sampling generator: same seed, same CPU run"""
 
     # ---- LoRA (peft; TRL's ModelConfig names) ---------------------------------------------------
-    use_peft: bool = False
+    use_peft: bool = _ranged(False, boolean)
     """train LoRA adapters (labkit.lora, arXiv 2106.09685) instead of every weight; with beta > 0
     the reference is the same model with its adapters disabled, not a copy (TRL)"""
-    lora_r: int = 16
+    lora_r: int = _ranged(16, whole(1))
     """LoRA rank r (TRL default 16)"""
-    lora_alpha: float = 32
+    lora_alpha: float = _ranged(32, between(0, math.inf, low_open=True))
     """LoRA alpha: the adapter's update is scaled by lora_alpha / lora_r (TRL default 32)"""
-    lora_dropout: float = 0.05
+    lora_dropout: float = _ranged(0.05, between(0, 1, high_open=True))
     """dropout on the adapters' input (TRL default 0.05)"""
-    lora_target_modules: tuple[str, ...] | str | None = None
+    lora_target_modules: tuple[str, ...] | str | None = _ranged(None, _lora_targets)
     """module names to adapt, e.g. ("q_proj", "v_proj"); "all-linear" = every linear layer but
     the output head; None = peft's default for the architecture (q_proj, v_proj on Qwen) (TRL)"""
-    use_rslora: bool = False
+    use_rslora: bool = _ranged(False, boolean)
     """rank-stabilised LoRA (arXiv 2312.03732): scale the update by lora_alpha / sqrt(lora_r)
     instead of lora_alpha / lora_r, so a higher rank still learns (TRL, peft)"""
-    use_dora: bool = False
+    use_dora: bool = _ranged(False, boolean)
     """DoRA (arXiv 2402.09353): split each adapted weight into a magnitude, trained directly, and
     a direction that LoRA adapts; slower per step than LoRA (TRL, peft)"""
 
     # ---- which prompts ----------------------------------------------------------------------------
-    prompt_sampler: str = "uniform"
+    prompt_sampler: str = _ranged("uniform", one_of(PROMPT_SAMPLERS))
     """uniform (shuffled passes), curriculum (easy to hard by the difficulty column, Kimi k1.5),
     prioritized (p ~ 1 - solve rate, Kimi k1.5) or multitask (MT-GRPO family weights)"""
-    curriculum_ratio: float = 0.5
+    curriculum_ratio: float = _ranged(0.5, between(0, 1, low_open=True))
     """curriculum: share of max_steps over which the hardest allowed difficulty rises to the top"""
-    prioritized_floor: float = 0.05
+    prioritized_floor: float = _ranged(0.05, between(0, math.inf, low_open=True))
     """prioritized: weight floor, so a prompt always solved can still be drawn"""
-    multitask_lambda: float = 0.2
+    multitask_lambda: float = _ranged(0.2, between(0, math.inf))
     """multitask: weight lambda of the accuracy term in MT-GRPO's score (paper 0.2)"""
-    multitask_lr: float = 0.025
+    multitask_lr: float = _ranged(0.025, between(0, math.inf, low_open=True))
     """multitask: step size of the family logits (paper 0.025)"""
 
     # ---- sampling: a step is prompts_per_step prompts x num_generations completions -------------
-    prompts_per_step: int = 16
+    prompts_per_step: int = _ranged(16, whole(1))
     """prompts sampled per step (lab name; TRL: generation_batch_size / num_generations)"""
-    num_generations: int = 8
+    num_generations: int = _ranged(8, whole(1))
     """G: completions sampled per prompt, the group (TRL). GFPO samples G and keeps k of them"""
-    max_completion_length: int = 128
+    max_completion_length: int = _ranged(128, whole(1))
     """most new tokens per completion; a completion without end-of-turn by then is truncated"""
-    temperature: float = 1.0
+    temperature: float = _ranged(1.0, between(0, math.inf, low_open=True))
     """sampling temperature; training log-probs use the same temperature (TRL). ProRL samples
     at 1.2 (arXiv 2505.24864)"""
-    temperature_schedule: str = "constant"
+    temperature_schedule: str = _ranged("constant", one_of(TEMPERATURE_SCHEDULES))
     """constant, linear or cosine decay from temperature to temperature_final over max_steps
     (Kimi K2, arXiv 2507.20534, section 3.2.3; shape and end point unpublished)"""
-    temperature_final: float | None = None
+    temperature_final: float | None = _ranged(
+        None, between(0, math.inf, low_open=True, optional=True))
     """the last step's temperature under a linear/cosine schedule"""
-    eval_temperature: float | None = None
+    eval_temperature: float | None = _ranged(
+        None, between(0, math.inf, low_open=True, optional=True))
     """evaluation's sampling temperature; None = temperature (set it to compare runs sampled at
     different temperatures on equal terms)"""
-    top_p: float = 1.0
+    top_p: float = _ranged(1.0, between(0, 1, low_open=True))
     """nucleus sampling (generation only, as in TRL; 1.0 = off)"""
-    top_k: int = 0
+    top_k: int = _ranged(0, whole(0))
     """top-k sampling (generation only; 0 = off)"""
-    sampling_dtype: str | None = None
+    sampling_dtype: str | None = _ranged(None, one_of(SAMPLING_DTYPES, optional=True))
     """a sampler that differs from the trainer, as an inference engine does: "bfloat16" (or
     "float32") = completions are sampled by a copy of the policy in that dtype, synced every
     step, and its log-probs are the sampling log-probs; None = the policy samples itself"""
-    decode_path: str = "auto"
+    decode_path: str = _ranged("auto", one_of(DECODE_PATHS))
     """the sampler's decode loop (labkit.decode): "auto" = the fixed-shape loop on CUDA (KV
     cache allocated once, finished rows masked in place), the dynamic loop elsewhere (finished
     rows dropped every step: the CPU's faster loop); "fixed" or "dynamic" forces one"""
-    cuda_graphs: bool = True
+    cuda_graphs: bool = _ranged(True, boolean)
     """on CUDA, capture the fixed-shape loop's decode step as a CUDA graph and replay it (one
     launch per token instead of one per kernel); False = eager steps. A model with peft (LoRA)
     adapters is never captured (they can be switched per call); no effect off CUDA"""
-    vllm_importance_sampling_correction: bool = False
+    vllm_importance_sampling_correction: bool = _ranged(False, boolean)
     """weight each token's policy loss by the bounded ratio pi_trainer / pi_sampler
     (labkit.mismatch; Yao et al. 2025, TRL's name; TRL turns it on by default with vLLM)"""
-    vllm_importance_sampling_mode: str = "sequence_mask"
+    vllm_importance_sampling_mode: str = _ranged("sequence_mask", one_of(IMPORTANCE_SAMPLING_MODES))
     """token_truncate, token_mask, sequence_truncate or sequence_mask: ratio per token or per
     sequence, clipped to [clip_min, clip_max] (truncate) or zeroed outside it (mask) (TRL)"""
-    vllm_importance_sampling_clip_max: float | None = 3.0
+    vllm_importance_sampling_clip_max: float | None = _ranged(
+        3.0, between(0, math.inf, optional=True))
     """C_max of the correction (TRL default 3.0; None = no upper bound)"""
-    vllm_importance_sampling_clip_min: float | None = None
+    vllm_importance_sampling_clip_min: float | None = _ranged(
+        None, between(0, math.inf, optional=True))
     """C_min of the correction (TRL default None = no lower bound)"""
 
     # ---- tools and multi-turn episodes (labkit.agents; the trainer's environment_factory) --------
-    max_tool_calling_iterations: int | None = None
+    max_tool_calling_iterations: int | None = _ranged(None, whole(1, optional=True))
     """most tool calls an episode gets answered; a call past it ends the episode unanswered
     (TRL's name); None = as many as max_completion_length allows"""
-    train_on_environment_tokens: bool = False
+    train_on_environment_tokens: bool = _ranged(False, boolean)
     """the masking bug of notebook 10, on purpose: the environment's tokens enter the loss as if
     the policy had written them (TRL's tool_mask and labkit's action mask keep them out); never
     set it outside that demonstration"""
 
     # ---- rewards ---------------------------------------------------------------------------------
-    reward_weights: tuple[float, ...] | None = None
+    reward_weights: tuple[float, ...] | None = _ranged(None, _reward_weights)
     """one weight per reward function; None = 1.0 each (TRL). Default functions: accuracy, format"""
-    multi_objective_aggregation: str = "sum_then_normalize"
+    multi_objective_aggregation: str = _ranged(
+        "sum_then_normalize", one_of(MULTI_OBJECTIVE_AGGREGATIONS))
     """several reward functions: weighted sum, then group advantage (TRL default); or
     normalize_then_sum (GDPO, arXiv 2601.05242): normalise each function in its group, sum, then
     normalise over the batch (advantage_estimator='grpo' only)"""
-    length_reward: str | None = None
+    length_reward: str | None = _ranged(None, one_of(LENGTH_REWARDS, optional=True))
     """length shaping added to the rewards (labkit.rewards.length): kimi (group-relative length
     reward, weight length_reward_weight), laser / laser_de (bonus length_reward_weight within
     length_target), budget (Kimi K2: reward 0 past length_target tokens), truncation (DLER:
     reward 0 past length_target), difficulty_truncation (DA-DLER: length_target_easy for prompts
     solved at least half the time, length_target for the others); None = off"""
-    length_reward_weight: float = 0.5
+    length_reward_weight: float = _ranged(0.5, between(0, math.inf))
     """kimi: weight of the length reward; laser/laser_de: the bonus alpha"""
-    length_target: int | None = None
+    length_target: int | None = _ranged(None, whole(1, optional=True))
     """tokens: LASER's L_T, K2's budget, DLER's truncation length (or DA-DLER's hard length)"""
-    length_target_easy: int | None = None
+    length_target_easy: int | None = _ranged(None, whole(1, optional=True))
     """DA-DLER: the truncation length of prompts solved at least half the time"""
-    overlong_buffer_len: int = 0
+    overlong_buffer_len: int = _ranged(0, _overlong_buffer)
     """DAPO soft overlong punishment: penalty ramps over the last this-many tokens (0 = off)"""
-    overlong_penalty_factor: float = 1.0
+    overlong_penalty_factor: float = _ranged(1.0, between(0, math.inf))
     """DAPO: penalty reached at max_completion_length"""
-    diversity_adjustment: str | None = None
+    diversity_adjustment: str | None = _ranged(None, one_of(DIVERSITY_SIMILARITIES, optional=True))
     """DRA-GRPO (arXiv 2505.09655): divide each reward by its completion's summed similarity to
     its group (near-duplicates share their reward), measured by ngram (character 3-grams) or
     hidden (the policy's mean last hidden state); None = off"""
 
     # ---- advantages ------------------------------------------------------------------------------
-    advantage_estimator: str = "grpo"
+    advantage_estimator: str = _ranged("grpo", one_of(estimators))
     """grpo (group mean/std), rloo (leave-one-out), remax (greedy baseline), opo (length-weighted
     baseline), gae (PPO: critic + generalised advantage estimation)"""
-    scale_rewards: str = "group"
+    scale_rewards: str = _ranged("group", one_of(SCALE_REWARDS))
     """grpo advantage denominator: group std, batch std, or none (Dr. GRPO) (TRL)"""
-    gamma: float = 1.0
+    gamma: float = _ranged(1.0, between(0, 1))
     """PPO/GAE discount per token"""
-    lam: float = 0.95
+    lam: float = _ranged(0.95, between(0, 1))
     """PPO/GAE lambda: 1 = Monte-Carlo return minus value, 0 = one-step TD error"""
 
     # ---- group filters and masking ---------------------------------------------------------------
-    dynamic_sampling: bool = False
+    dynamic_sampling: bool = _ranged(False, boolean)
     """DAPO: drop groups whose rewards are all equal and sample new prompts to refill the batch"""
-    max_resample_rounds: int = 3
+    max_resample_rounds: int = _ranged(3, whole(0))
     """DAPO: extra sampling rounds per step at most; a batch still short then trains as it is"""
-    num_remains_in_group: int | None = None
+    num_remains_in_group: int | None = _ranged(None, whole(2, _num_generations, optional=True))
     """GFPO k: keep this many of the G completions per group (by gfpo_metric); None = off (TRL)"""
-    gfpo_adaptive_k: tuple[int, int, int, int] | None = None
+    gfpo_adaptive_k: tuple[int, int, int, int] | None = _ranged(None, _adaptive_k)
     """adaptive-difficulty GFPO (paper Algorithm 2): k for (very hard, hard, medium, easy)
     prompts by their mean reward against the quartiles of all means seen so far, e.g. (8, 8, 6,
     4) of G = 16; replaces num_remains_in_group; None = off"""
-    gfpo_metric: str = "length"
+    gfpo_metric: str = _ranged("length", one_of(GFPO_METRICS))
     """GFPO: keep the shortest (length) or the highest reward per token (token_efficiency)"""
-    mask_truncated_completions: bool = False
+    mask_truncated_completions: bool = _ranged(False, boolean)
     """DAPO overlong filtering: truncated completions leave the loss (they still count in the
     group statistics) (TRL)"""
 
     # ---- policy loss -----------------------------------------------------------------------------
-    loss_type: str = "grpo"
+    loss_type: str = _ranged("grpo", one_of(loss_types))
     """a registered loss type (labkit.losses.LOSS_REGISTRY), each a surrogate and an
     aggregation: PPO's clip with grpo (mean per sequence, then over sequences), bnpo (token mean
     per micro-batch), dr_grpo (sum / (B * max_completion_length)), dapo (token mean over the
     generation batch) or sequence_sum; cispo, sapo, vespo, rlplus. TRL's default is dapo; the
     lab's GRPO keeps the paper's grpo"""
-    importance_sampling_level: str = "token"
+    importance_sampling_level: str = _ranged("token", one_of(IMPORTANCE_SAMPLING_LEVELS))
     """token ratios (PPO/GRPO) or sequence = the length-normalised sequence ratio (GSPO) (TRL)"""
-    epsilon: float = 0.2
+    epsilon: float = _ranged(0.2, between(0, 1, high_open=True))
     """lower clip: ratio >= 1 - epsilon (TRL)"""
-    epsilon_high: float | None = None
+    epsilon_high: float | None = _ranged(None, between(0, math.inf, allow_inf=True, optional=True))
     """upper clip: ratio <= 1 + epsilon_high; None = epsilon. DAPO clip-higher: 0.28 (TRL)"""
-    delta: float | None = None
+    delta: float | None = _ranged(None, between(1, math.inf, low_open=True, optional=True))
     """two-sided clip: cap the unclipped ratio at delta (INTELLECT-2; > 1 + epsilon_high) (TRL)"""
-    dual_clip: float | None = None
+    dual_clip: float | None = _ranged(None, between(1, math.inf, low_open=True, optional=True))
     """dual-clip PPO constant c > 1: for A < 0 the loss is at most -c * A; None = off"""
-    beta: float = 0.0
+    beta: float = _ranged(0.0, between(0, math.inf))
     """KL coefficient to the reference (the initial policy); 0 = no reference model at all (TRL)"""
-    ref_reset_every: int = 0
+    ref_reset_every: int = _ranged(0, whole(0))
     """ProRL (arXiv 2505.24864): every this-many steps the reference becomes the current policy
     and the optimizer state is cleared; 0 = never (needs beta > 0)"""
-    ref_reset_patience: int = 0
+    ref_reset_patience: int = _ranged(0, whole(0))
     """ProRL's trigger: reset after this many evaluations without a new best eval_accuracy
     (needs eval_every and beta > 0); 0 = off"""
-    sync_ref_model: bool = False
+    sync_ref_model: bool = _ranged(False, boolean)
     """TR-DPO (arXiv 2404.09656), TRL's name: every ref_model_sync_steps optimizer steps
     ref <- alpha * policy + (1 - alpha) * ref (needs beta > 0)"""
-    ref_model_mixup_alpha: float = 0.6
+    ref_model_mixup_alpha: float = _ranged(0.6, between(0, 1))
     """TR-DPO's alpha (TRL default 0.6)"""
-    ref_model_sync_steps: int = 512
+    ref_model_sync_steps: int = _ranged(512, whole(1))
     """TR-DPO's tau in optimizer steps (TRL default 512)"""
-    kl_estimator: str = "k3"
+    kl_estimator: str = _ranged("k3", one_of(KL_ESTIMATORS))
     """k1, k2 or k3 (Schulman); GRPO's KL-in-loss is k3, PPO's KL-in-reward is k1"""
-    kl_in_reward: bool = False
+    kl_in_reward: bool = _ranged(False, boolean)
     """subtract beta * KL from the reward (PPO/InstructGPT) instead of adding it to the loss"""
-    entropy_coef: float = 0.0
+    entropy_coef: float = _ranged(0.0, between(0, math.inf))
     """entropy bonus: loss -= entropy_coef * mean token entropy (TRL)"""
-    ptx_coef: float = 0.0
+    ptx_coef: float = _ranged(0.0, between(0, math.inf))
     """gamma of the PTX loss (Kimi K2, arXiv 2507.20534 section 3.2.3; InstructGPT's form, arXiv
     2203.02155 eq. 2): loss += ptx_coef * token-mean NLL of ptx_batch_size warm-start examples
     each optimizer step (labkit.ptx); 0 = off"""
-    ptx_batch_size: int = 8
+    ptx_batch_size: int = _ranged(8, whole(1))
     """PTX: supervised examples per optimizer step"""
-    top_entropy_quantile: float = 1.0
+    top_entropy_quantile: float = _ranged(1.0, between(0, 1, low_open=True))
     """rho: only the tokens whose sampling entropy is in the top rho of the batch get a gradient
     (arXiv 2506.01939 keeps 0.2; TRL's name); 1.0 = every token"""
-    cov_penalty: str | None = None
+    cov_penalty: str | None = _ranged(None, one_of(COV_PENALTIES, optional=True))
     """clip_cov or kl_cov (arXiv 2505.22617): silence at random (clip_cov) or KL-penalise
     (kl_cov, which also drops the clip) the tokens whose log-prob covaries most with their
     advantage; None = off"""
-    clip_cov_ratio: float = 2e-4
+    clip_cov_ratio: float = _ranged(2e-4, between(0, 1, low_open=True))
     """Clip-Cov: share of the valid tokens silenced (paper 2e-4)"""
-    clip_cov_lb: float = 1.0
+    clip_cov_lb: float = _ranged(1.0, between(-math.inf, math.inf))
     """Clip-Cov: lower bound of the covariance of a candidate token (paper 1)"""
-    clip_cov_ub: float = 5.0
+    clip_cov_ub: float = _ranged(5.0, between(-math.inf, math.inf))
     """Clip-Cov: upper bound of the covariance of a candidate token (paper 5)"""
-    kl_cov_ratio: float = 2e-3
+    kl_cov_ratio: float = _ranged(2e-3, between(0, 1, low_open=True))
     """KL-Cov: share of the valid tokens (largest covariance) that get the KL penalty (paper
     2e-3)"""
-    kl_cov_coef: float = 1.0
+    kl_cov_coef: float = _ranged(1.0, between(0, math.inf))
     """KL-Cov: coefficient of |log pi - log pi_old| on those tokens (verl's ppo_kl_coef)"""
-    rlplus_demonstrations: bool = False
+    rlplus_demonstrations: bool = _ranged(False, boolean)
     """RL-PLUS: the last completion of every group is the prompt's worked solution (an external
     demonstration, trained with the MIS ratio and the exploration weight)"""
-    use_bias_correction_kl: bool = False
+    use_bias_correction_kl: bool = _ranged(False, boolean)
     """multiply the k3 KL-in-loss by the importance ratio (DeepSeek-V3.2; TRL 1.16 default True)"""
 
     # ---- PPO critic ------------------------------------------------------------------------------
-    vf_coef: float = 0.1
+    vf_coef: float = _ranged(0.1, between(0, math.inf, low_open=True))
     """weight of the value loss (TRL PPO: 0.1)"""
-    clip_range_value: float | None = 0.2
+    clip_range_value: float | None = _ranged(
+        0.2, between(0, math.inf, low_open=True, optional=True))
     """value clipping: new values stay within this of the old ones; None = no clipping"""
-    value_learning_rate: float | None = None
+    value_learning_rate: float | None = _ranged(
+        None, between(0, math.inf, low_open=True, optional=True))
     """critic learning rate; None = learning_rate"""
 
     # ---- optimisation ----------------------------------------------------------------------------
-    learning_rate: float = 3e-4
+    learning_rate: float = _ranged(3e-4, between(0, math.inf, low_open=True))
     """AdamW peak learning rate (TRL's default, 1e-6, suits billion-parameter models)"""
-    lr_scheduler_type: str = "constant_with_warmup"
+    lr_scheduler_type: str = _ranged("constant_with_warmup", one_of(LR_SCHEDULERS))
     """constant, constant_with_warmup, linear or cosine decay to 0 (warm-up for the last three)"""
-    warmup_ratio: float = 0.05
+    warmup_ratio: float = _ranged(0.05, between(0, 1, high_open=True))
     """fraction of max_steps spent warming the learning rate up linearly from 0"""
-    weight_decay: float = 0.0
+    weight_decay: float = _ranged(0.0, between(0, math.inf))
     """AdamW decoupled weight decay"""
-    adam_beta1: float = 0.9
+    adam_beta1: float = _ranged(0.9, between(0, 1, high_open=True))
     """AdamW beta1"""
-    adam_beta2: float = 0.999
+    adam_beta2: float = _ranged(0.999, between(0, 1, high_open=True))
     """AdamW beta2"""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = _ranged(1.0, between(0, math.inf))
     """clip the global gradient norm to this; 0 = no clipping (the norm is still logged)"""
-    num_iterations: int = 1
+    num_iterations: int = _ranged(1, whole(1))
     """mu: passes over each generation batch (PPO epochs) (TRL)"""
-    num_mini_batches: int = 1
+    num_mini_batches: int = _ranged(1, whole(1))
     """optimizer steps per pass: the generation batch is split into this many mini-batches"""
-    micro_batch_size: int | None = None
+    micro_batch_size: int | None = _ranged(None, whole(1, optional=True))
     """most completions per forward/backward (gradient accumulation inside a mini-batch; set it
     to fit GPU memory); None = no cap. The trainer also groups completions of similar length"""
-    max_steps: int = 60
+    max_steps: int = _ranged(60, whole(1))
     """training steps (one step = one generation batch)"""
 
     # ---- evaluation, checkpoints, safety ---------------------------------------------------------
-    eval_every: int = 0
+    eval_every: int = _ranged(0, whole(0))
     """evaluate on the eval split before training and every this-many steps (0 = never)"""
-    eval_k: int = 2
+    eval_k: int = _ranged(2, whole(1))
     """samples per eval prompt (accuracy = pass@1 at the sampling temperature)"""
-    eval_max_prompts: int | None = None
+    eval_max_prompts: int | None = _ranged(None, whole(1, optional=True))
     """use only the first this-many eval prompts (None = the whole split)"""
-    output_dir: str | None = None
+    output_dir: str | None = _ranged(None, path)
     """where checkpoints go (None = nowhere)"""
-    save_every: int = 0
+    save_every: int = _ranged(0, whole(0))
     """save a checkpoint every this-many steps (0 = never; needs output_dir)"""
-    save_on_interrupt: bool = True
+    save_on_interrupt: bool = _ranged(True, boolean)
     """on KeyboardInterrupt, save a checkpoint of the last completed step (when output_dir)"""
-    resume_from: str | None = None
+    resume_from: str | None = _ranged(None, path)
     """checkpoint folder to resume from"""
-    max_nonfinite_steps: int = 3
+    max_nonfinite_steps: int = _ranged(3, whole(1))
     """consecutive steps with a NaN/inf loss or gradient (skipped) before training stops"""
-    rollback_nonfinite_weights: bool = True
+    rollback_nonfinite_weights: bool = _ranged(True, boolean)
     """copy the trainable weights before each optimizer step and put them back if the step made
     any NaN/inf (costs one copy of the trainable weights; the step then counts as skipped)"""
-    progress: bool = True
+    progress: bool = _ranged(True, boolean)
     """show a tqdm progress bar"""
-    entropy_threshold: float = 0.5
+    entropy_threshold: float = _ranged(0.5, between(0, math.inf))
     """nats: the entropy_high_frac metric counts loss tokens whose sampling entropy exceeds it"""
 
     def __post_init__(self):
@@ -460,110 +525,9 @@ class TrainConfig:
 
     # ---- validation ------------------------------------------------------------------------------
     def _check_values(self):
-        for f in fields(self):  # the ranges declared beside the fields
-            if "range" in f.metadata:
-                f.metadata["range"](self, f.name)
-        for name in ("gradient_checkpointing", "dynamic_sampling", "mask_truncated_completions",
-                     "kl_in_reward", "use_bias_correction_kl", "save_on_interrupt", "progress",
-                     "rollback_nonfinite_weights", "sync_ref_model", "rlplus_demonstrations",
-                     "use_peft", "vllm_importance_sampling_correction", "cuda_graphs",
-                     "train_on_environment_tokens"):
-            boolean(self, name)
-        self._check_lora_values()
-        self._check_mismatch_values()
-        text(self, "model_name_or_path")
-        device(self)
-        for name in ("output_dir", "resume_from"):
-            path(self, name)
-        choice(self, "decode_path", DECODE_PATHS)
-        choice(self, "advantage_estimator", estimators())
-        choice(self, "scale_rewards", SCALE_REWARDS)
-        choice(self, "multi_objective_aggregation", MULTI_OBJECTIVE_AGGREGATIONS)
-        choice(self, "loss_type", loss_types())
-        choice(self, "importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS)
-        choice(self, "kl_estimator", KL_ESTIMATORS)
-        choice(self, "gfpo_metric", GFPO_METRICS)
-        choice(self, "lr_scheduler_type", LR_SCHEDULERS)
-        choice(self, "dtype", DTYPES)
-        if self.dtype in ("float16", "fp16"):
-            raise ValueError("dtype='float16' cannot train here: without loss scaling the "
-                             "updates overflow and the weights turn NaN after one step (measured "
-                             "on the tiny Qwen: 796k of 800k weights). Use 'bfloat16' on a GPU "
-                             "that has it, else 'float32'")
-        choice(self, "temperature_schedule", TEMPERATURE_SCHEDULES)
-        choice(self, "prompt_sampler", PROMPT_SAMPLERS)
-        number(self, "curriculum_ratio", 0, 1, low_open=True)
-        number(self, "prioritized_floor", 0, math.inf, low_open=True)
-        number(self, "multitask_lambda", 0, math.inf)
-        number(self, "multitask_lr", 0, math.inf, low_open=True)
-        if self.length_reward is not None:
-            choice(self, "length_reward", LENGTH_REWARDS)
-        if self.diversity_adjustment is not None:
-            choice(self, "diversity_adjustment", DIVERSITY_SIMILARITIES)
-        if self.cov_penalty is not None:
-            choice(self, "cov_penalty", COV_PENALTIES)
-        for name in ("prompts_per_step", "num_generations", "max_completion_length",
-                     "num_iterations", "num_mini_batches", "max_steps", "eval_k",
-                     "max_nonfinite_steps"):
-            integer(self, name, low=1)
-        for name in ("top_k", "overlong_buffer_len", "max_resample_rounds", "eval_every",
-                     "save_every", "seed", "ref_reset_every", "ref_reset_patience"):
-            integer(self, name, low=0)
-        for name in ("micro_batch_size", "eval_max_prompts", "length_target",
-                     "length_target_easy", "max_tool_calling_iterations"):
-            if getattr(self, name) is not None:
-                integer(self, name, low=1)
-        number(self, "temperature", 0, math.inf, low_open=True)
-        for name in ("temperature_final", "eval_temperature"):
-            if getattr(self, name) is not None:
-                number(self, name, 0, math.inf, low_open=True)
-        number(self, "top_entropy_quantile", 0, 1, low_open=True)
-        number(self, "entropy_threshold", 0, math.inf)
-        number(self, "clip_cov_ratio", 0, 1, low_open=True)
-        number(self, "kl_cov_ratio", 0, 1, low_open=True)
-        number(self, "clip_cov_lb", -math.inf, math.inf)
-        number(self, "clip_cov_ub", -math.inf, math.inf)
-        number(self, "kl_cov_coef", 0, math.inf)
-        number(self, "ref_model_mixup_alpha", 0, 1)
-        integer(self, "ref_model_sync_steps", low=1)
-        number(self, "top_p", 0, 1, low_open=True)
-        number(self, "epsilon", 0, 1, high_open=True)
-        number(self, "beta", 0, math.inf)
-        number(self, "entropy_coef", 0, math.inf)
-        number(self, "ptx_coef", 0, math.inf)
-        integer(self, "ptx_batch_size", low=1)
-        number(self, "overlong_penalty_factor", 0, math.inf)
-        number(self, "gamma", 0, 1)
-        number(self, "lam", 0, 1)
-        number(self, "vf_coef", 0, math.inf, low_open=True)
-        number(self, "learning_rate", 0, math.inf, low_open=True)
-        number(self, "warmup_ratio", 0, 1, high_open=True)
-        number(self, "weight_decay", 0, math.inf)
-        number(self, "adam_beta1", 0, 1, high_open=True)
-        number(self, "adam_beta2", 0, 1, high_open=True)
-        number(self, "max_grad_norm", 0, math.inf)
-        number(self, "length_reward_weight", 0, math.inf)
-        if self.epsilon_high is not None:
-            # inf switches the upper clip off (RL-PLUS-style unclipped positive updates)
-            number(self, "epsilon_high", 0, math.inf, allow_inf=True)
-        if self.clip_range_value is not None:
-            number(self, "clip_range_value", 0, math.inf, low_open=True)
-        if self.value_learning_rate is not None:
-            number(self, "value_learning_rate", 0, math.inf, low_open=True)
-        if self.delta is not None:
-            number(self, "delta", 1, math.inf, low_open=True)
-        if self.dual_clip is not None:
-            number(self, "dual_clip", 1, math.inf, low_open=True)
-        if self.num_remains_in_group is not None:
-            integer(self, "num_remains_in_group", low=2, high=self.num_generations)
-        if self.gfpo_adaptive_k is not None:
-            integer_tuple(self, "gfpo_adaptive_k", 4, low=2, high=self.num_generations)
-        if self.reward_weights is not None:
-            number_tuple(self, "reward_weights")
-        if self.overlong_buffer_len >= self.max_completion_length:
-            raise ValueError(
-                f"overlong_buffer_len must be in [0, max_completion_length) = "
-                f"[0, {self.max_completion_length}), got {self.overlong_buffer_len}")
+        """Each field against the range beside it (a loss's settings: the range it declared)."""
+        for f in fields(self):
+            f.metadata["range"](self, f.name)
 
     def _check_combinations(self):
         gfpo = self.num_remains_in_group is not None or self.gfpo_adaptive_k is not None
@@ -586,6 +550,11 @@ class TrainConfig:
         if self.micro_batch_size is not None and self.micro_batch_size > self.mini_batch_size:
             refuse(f"micro_batch_size ({self.micro_batch_size}) exceeds the mini-batch "
                     f"({self.mini_batch_size} completions): lower micro_batch_size or use None")
+        high, low = (self.vllm_importance_sampling_clip_max,
+                     self.vllm_importance_sampling_clip_min)
+        if high is not None and low is not None and low > high:
+            refuse(f"vllm_importance_sampling_clip_min ({low}) exceeds "
+                   f"vllm_importance_sampling_clip_max ({high})")
         if self.save_every and self.output_dir is None:
             refuse("save_every > 0 writes checkpoints, and output_dir is None: set output_dir "
                     "or save_every=0")
@@ -622,37 +591,6 @@ class TrainConfig:
                         f"{self.loss_type!r} does not read it: use one of them or {name}=None")
         if loss.config_check is not None:
             loss.config_check(self)
-
-    def _check_lora_values(self):
-        boolean(self, "use_rslora")
-        boolean(self, "use_dora")
-        integer(self, "lora_r", low=1)
-        number(self, "lora_alpha", 0, math.inf, low_open=True)
-        number(self, "lora_dropout", 0, 1, high_open=True)
-        targets = self.lora_target_modules
-        if targets is None or targets == "all-linear":
-            return
-        ok = (not isinstance(targets, (str, bytes, dict)) and hasattr(targets, "__iter__")
-              and len(tuple(targets)) > 0
-              and all(isinstance(t, str) and t.strip() for t in tuple(targets)))
-        if not ok:
-            raise ValueError(f"lora_target_modules must be None, 'all-linear' or a non-empty "
-                             f"tuple of module names such as ('q_proj', 'v_proj'), got "
-                             f"{targets!r}")
-        object.__setattr__(self, "lora_target_modules", tuple(targets))
-
-    def _check_mismatch_values(self):
-        if self.sampling_dtype is not None:
-            choice(self, "sampling_dtype", SAMPLING_DTYPES)
-        choice(self, "vllm_importance_sampling_mode", IMPORTANCE_SAMPLING_MODES)
-        for name in ("vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min"):
-            if getattr(self, name) is not None:
-                number(self, name, 0, math.inf)
-        high, low = (self.vllm_importance_sampling_clip_max,
-                     self.vllm_importance_sampling_clip_min)
-        if high is not None and low is not None and low > high:
-            refuse(f"vllm_importance_sampling_clip_min ({low}) exceeds "
-                    f"vllm_importance_sampling_clip_max ({high})")
 
 
 

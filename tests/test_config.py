@@ -168,3 +168,14 @@ def test_every_field_has_a_comment():
     assert set(FIELD_DOCS) == {f.name for f in dataclasses.fields(TrainConfig)}
     assert all(len(doc) > 10 for doc in FIELD_DOCS.values())
     assert "TRL" in FIELD_DOCS["epsilon"]
+
+
+def test_every_field_has_its_range_beside_it():
+    """Validation is one loop over the fields: a field without a range would go unchecked."""
+    for f in dataclasses.fields(TrainConfig):
+        assert callable(f.metadata.get("range")), f"TrainConfig.{f.name} declares no range"
+    config = TrainConfig()
+    for name, bad in (("epsilon", 1.0), ("num_generations", 0), ("top_p", 0.0),
+                      ("kl_estimator", "k4"), ("sapo_temperature_pos", 0.0)):
+        with pytest.raises(ValueError, match=f"^{name} must be"):
+            setattr(config, name, bad)

@@ -312,8 +312,10 @@ def load_policy(
     return model, tokenizer
 
 
-def decode_attention(device):
-    """The attention kernels the sampler decodes with on ``device``: a context manager.
+def attention_kernels(device):
+    """The attention kernels labkit runs on ``device``, a context manager around the sampler's
+    forwards and the trainer's scoring and training forwards (their backward follows the
+    forward's kernel).
 
     * **CUDA**: flash, then memory-efficient, then math SDPA; cuDNN's attention is left out on
       purpose. PyTorch prefers cuDNN's on Hopper, and cuDNN builds an execution plan for every new
@@ -323,7 +325,9 @@ def decode_attention(device):
       step. cuDNN's attention has also been reported to corrupt greedy decoding on B200 for
       models with fewer than 8 key/value heads (the Qwen2.5-0.5B and 1.5B shapes have 2). The
       fixed-shape loop (:mod:`labkit.decode`) passes a mask, which flash does not take, so its
-      steps run the memory-efficient kernel; the prefill without padding can run flash.
+      steps run the memory-efficient kernel; the prefill without padding can run flash. The
+      training forwards change shape with every micro-batch too (length-packed), so they get
+      the same choice.
     * **CPU and MPS**: torch's own choice, unchanged. On the CPU that is the flash kernel for
       CPUs (bit for bit the same output as asking for it). Measured on a 2-core AMD EPYC (torch
       2.13.0+cpu, one thread, float32, the machine shared, medians of 4): a sampling round of

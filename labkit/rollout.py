@@ -37,7 +37,7 @@ import torch
 
 from labkit.compat import cache_kwargs
 from labkit.decode import current_settings, decode_fixed, plan_decoding
-from labkit.models import decode_attention
+from labkit.models import attention_kernels
 
 
 @dataclass
@@ -211,7 +211,7 @@ def generate_from_ids(model, tokenizer, prompt_ids: torch.Tensor, prompt_mask: t
     model.eval()
     from transformers import DynamicCache
 
-    with decode_attention(device):
+    with attention_kernels(device):
         cache = DynamicCache()
         positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
         out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,

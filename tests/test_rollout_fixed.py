@@ -20,6 +20,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from labkit import decode
 from labkit.agents.calculator import CalculatorEnv
 from labkit.agents.episodes import environments, run_episodes
+from labkit.bench_memory import alternating_reward
 from labkit.config import TrainConfig, preset
 from labkit.decode import decode_settings, plan_decoding
 from labkit.models import load_policy
@@ -386,3 +387,22 @@ def test_a_capture_that_fails_warns_once_and_decodes_eagerly(shipped_tiny, captu
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         generate(model, tokenizer, prompts, num_generations=4, max_completion_length=32)
+
+
+@cuda
+def test_cuda_training_forwards_never_run_cudnn_attention(cuda_tiny):
+    """The training forward changes shape with every length-packed micro-batch: no cuDNN
+    attention there either (its backward follows the forward's kernel)."""
+    model, tokenizer = cuda_tiny
+    trainer = Trainer(preset("grpo", max_steps=1, prompts_per_step=4, num_generations=4,
+                             max_completion_length=32, device="cuda", dtype="bfloat16",
+                             progress=False),
+                      model=copy.deepcopy(model).to(torch.bfloat16), tokenizer=tokenizer,
+                      train_dataset=load_split("train").select(range(8)),
+                      reward_funcs=[alternating_reward])  # every completion trains
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        row = trainer.training_step()
+    assert row["completions_trained"] == 16
+    names = {event.name for event in profile.events()}
+    assert not [name for name in names if "cudnn_attention" in name]
+    assert any("scaled_dot_product" in name for name in names)

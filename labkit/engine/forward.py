@@ -26,6 +26,7 @@ from labkit.compat import cache_kwargs
 from labkit.logprobs import logprobs_and_entropy, token_logprobs
 from labkit.lora import adapters_disabled
 from labkit.mismatch import mismatch_metrics, mismatch_weights
+from labkit.models import attention_kernels
 
 #: What one extra forward + backward costs, in padded tokens' worth of compute: on a CPU the tiny
 #: model's per-call overhead is small next to its per-token cost; on a GPU kernel launches
@@ -79,10 +80,12 @@ def shared_prompt_forward(call, batch) -> torch.Tensor:
 def completion_outputs(call, batch, share_prompts: bool = True) -> torch.Tensor:
     """:func:`shared_prompt_forward` when some prompt repeats in ``batch`` and sharing is allowed
     (activation checkpointing recomputes forwards without the cache, so it turns sharing off),
-    else :func:`plain_forward`."""
-    if share_prompts and len(torch.unique(batch.prompt_index)) < len(batch):
-        return shared_prompt_forward(call, batch)
-    return plain_forward(call, batch)
+    else :func:`plain_forward`. Attention runs the kernels chosen for the device
+    (:func:`labkit.models.attention_kernels`: no cuDNN attention on CUDA)."""
+    with attention_kernels(batch.completion_ids.device):
+        if share_prompts and len(torch.unique(batch.prompt_index)) < len(batch):
+            return shared_prompt_forward(call, batch)
+        return plain_forward(call, batch)
 
 
 def completion_logprobs(model, batch, temperature: float, share_prompts: bool = True):

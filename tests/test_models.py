@@ -131,3 +131,20 @@ def test_missing_model_folder_error_names_the_fix(tmp_path, monkeypatch):
     monkeypatch.setitem(models.ALIASES, "tiny", tmp_path / "missing")
     with pytest.raises(FileNotFoundError, match="build_tiny"):
         models.load_policy("tiny")
+
+
+def test_attention_kernels_leave_out_cudnn_on_cuda_and_change_nothing_on_the_cpu():
+    from labkit.models import attention_kernels
+
+    backends = torch.backends.cuda
+    before = (backends.cudnn_sdp_enabled(), backends.flash_sdp_enabled(),
+              backends.mem_efficient_sdp_enabled(), backends.math_sdp_enabled())
+    with attention_kernels("cuda"):  # sets the kernel flags only: no GPU needed to check them
+        assert not backends.cudnn_sdp_enabled()
+        assert backends.flash_sdp_enabled() and backends.mem_efficient_sdp_enabled()
+        assert backends.math_sdp_enabled()
+    with attention_kernels("cpu"):
+        assert (backends.cudnn_sdp_enabled(), backends.flash_sdp_enabled(),
+                backends.mem_efficient_sdp_enabled(), backends.math_sdp_enabled()) == before
+    assert (backends.cudnn_sdp_enabled(), backends.flash_sdp_enabled(),
+            backends.mem_efficient_sdp_enabled(), backends.math_sdp_enabled()) == before

@@ -12,7 +12,10 @@ host sync, and the decode step replayed as a CUDA graph.
   next column is switched on in place, and whether every row has finished is read every
   :data:`CHECK_EVERY` tokens, not after each one. Every decode step then has the same shapes and
   the same tensor addresses, which is what a CUDA graph needs: the step (mask column, forward,
-  logits copy, counters) is captured once and replayed (:class:`_Workspace`).
+  logits copy, counters) is captured the second time a shape is sampled and replayed from then
+  on (:class:`_Workspace`); sampling itself stays eager, on the device, with no read back.
+  Finished rows are not compacted: a GPU's decode step reads every weight whatever the number
+  of rows, so dead rows cost little, and compacting would make a shape (and a capture) per size.
 
 Why a GPU needs the second loop: on one H100 (torch 2.11+cu130, transformers 5.17, measured by
 the project's GPU check, not here) a sampling round of the tiny Qwen (128 rows, 41 decode steps)

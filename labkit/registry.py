@@ -45,6 +45,17 @@ class Registry:
             listener(name, entry)
         self._entries[name] = entry
 
+    def decorator(self, name: str, build: Callable[[Callable], object]):
+        """A decorator that registers ``build(function)`` as ``name`` and returns the function
+        unchanged (the name is checked at once, where the decorator is written)."""
+        self.check_name(name)
+
+        def register(function):
+            self.add(name, build(function))
+            return function
+
+        return register
+
     def remove(self, name: str) -> None:
         """Remove a registered entry (for tests that register a toy one)."""
         self._entries.pop(name)
@@ -59,9 +70,11 @@ class Registry:
             raise ValueError(f"{self.field} must be one of {self.names()}, got "
                              f"{name!r}") from None
 
-    def names(self) -> tuple[str, ...]:
-        """Names of every entry, in registration order."""
-        return tuple(self._entries)
+    def names(self, where: Callable[[object], bool] | None = None) -> tuple[str, ...]:
+        """Names of every entry (those for which ``where(entry)`` holds), in registration
+        order."""
+        return tuple(name for name, entry in self._entries.items()
+                     if where is None or where(entry))
 
     def listen(self, listener: Callable[[str, object | None], None]) -> None:
         """Call ``listener(name, entry)`` before every entry added from now on (it may refuse

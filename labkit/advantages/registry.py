@@ -107,33 +107,20 @@ def register_advantage_estimator(name: str, *, groups: bool = True, per_token: b
                                  trl_refusal: str | None = None, config_check=None,
                                  paper: tuple[str, str | None] | None = None, summary: str = ""):
     """Decorator: register ``compute(inputs) -> Advantages`` as ``advantage_estimator=name``."""
-    _TABLE.check_name(name)
-
-    def decorator(compute):
-        _TABLE.add(name, Estimator(name=name, compute=compute, groups=groups,
-                                    per_token=per_token, critic=critic,
-                                    missing_rewards=missing_rewards, trl_refusal=trl_refusal,
-                                    config_check=config_check, paper=paper, summary=summary))
-        return compute
-
-    return decorator
+    return _TABLE.decorator(name, lambda compute: Estimator(
+        name=name, compute=compute, groups=groups, per_token=per_token, critic=critic,
+        missing_rewards=missing_rewards, trl_refusal=trl_refusal, config_check=config_check,
+        paper=paper, summary=summary))
 
 
-def unregister_advantage_estimator(name: str) -> None:
-    """Remove a registered estimator (for tests that register a toy one)."""
-    _TABLE.remove(name)
-
-
-def get_estimator(name: str) -> Estimator:
-    """The registered estimator ``name``; ``ValueError`` listing the registered ones otherwise."""
-    return _TABLE.entry(name)
-
-
-def estimators() -> tuple[str, ...]:
-    """Names of every registered estimator."""
-    return _TABLE.names()
+#: Remove a registered estimator (for tests that register a toy one).
+unregister_advantage_estimator = _TABLE.remove
+#: ``get_estimator(name)``: the registered estimator, or ``ValueError`` listing the names.
+get_estimator = _TABLE.entry
+#: ``estimators()``: names of every registered estimator.
+estimators = _TABLE.names
 
 
 def group_estimators() -> tuple[str, ...]:
     """Names of the estimators that compare the completions of a group."""
-    return tuple(name for name, e in ESTIMATOR_REGISTRY.items() if e.groups)
+    return _TABLE.names(lambda estimator: estimator.groups)

@@ -143,55 +143,38 @@ def register_policy_loss(name: str, *, aggregation: str, clipped: bool = False,
     another loss). Registering a name twice raises, so two files cannot silently fight over one
     loss type; a test that registers a toy loss removes it with :func:`unregister_policy_loss`.
     """
-    _TABLE.check_name(name)
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation must be one of {tuple(AGGREGATIONS)}, got {aggregation!r}")
-
     options = dict(options or {})
     settings = {key: value for key, value in options.items() if isinstance(value, Setting)}
     defaults = {key: getattr(value, "default", value) for key, value in options.items()}
-
-    def decorator(surrogate):
-        _TABLE.add(name, LossType(name=name, surrogate=surrogate, aggregation=aggregation,
-                                   clipped=clipped, options=MappingProxyType(defaults),
-                                   settings=MappingProxyType(settings),
-                                   batch_inputs=tuple(batch_inputs), trl_name=trl_name, clip_flags=clip_flags,
-                                   config_check=config_check, paper=paper, summary=summary))
-        return surrogate
-
-    return decorator
+    return _TABLE.decorator(name, lambda surrogate: LossType(
+        name=name, surrogate=surrogate, aggregation=aggregation, clipped=clipped,
+        options=MappingProxyType(defaults), settings=MappingProxyType(settings),
+        batch_inputs=tuple(batch_inputs), trl_name=trl_name, clip_flags=clip_flags,
+        config_check=config_check, paper=paper, summary=summary))
 
 
-def unregister_policy_loss(name: str) -> None:
-    """Remove a registered loss type (for tests that register a toy one)."""
-    _TABLE.remove(name)
-
-
-def get_loss_type(name: str) -> LossType:
-    """The registered loss type ``name``; ``ValueError`` listing the registered ones otherwise."""
-    return _TABLE.entry(name)
-
-
-def loss_types() -> tuple[str, ...]:
-    """Names of every registered loss type."""
-    return _TABLE.names()
+#: Remove a registered loss type (for tests that register a toy one).
+unregister_policy_loss = _TABLE.remove
+#: ``get_loss_type(name)``: the registered loss type, or ``ValueError`` listing the names.
+get_loss_type = _TABLE.entry
+#: ``loss_types()``: names of every registered loss type.
+loss_types = _TABLE.names
+#: ``listen(listener)``: ``listener(name, loss_type)`` before every registration (raising refuses
+#: it), ``listener(name, None)`` after every removal (:class:`labkit.config.TrainConfig` follows
+#: the losses' settings this way).
+listen = _TABLE.listen
 
 
 def clipped_loss_types() -> tuple[str, ...]:
     """Names of the loss types that use PPO's clipped ratio."""
-    return tuple(name for name, loss in LOSS_REGISTRY.items() if loss.clipped)
+    return _TABLE.names(lambda loss: loss.clipped)
 
 
 def option_owners(option: str) -> tuple[str, ...]:
     """The loss types that take ``option`` (a config field or a batch input)."""
-    return tuple(name for name, loss in LOSS_REGISTRY.items() if option in loss.keywords)
-
-
-def listen(listener) -> None:
-    """Call ``listener(name, loss_type)`` before every loss type registered from now on (raising
-    refuses it), and ``listener(name, None)`` after every removal
-    (:class:`labkit.config.TrainConfig` follows the losses' settings this way)."""
-    _TABLE.listen(listener)
+    return _TABLE.names(lambda loss: option in loss.keywords)
 
 
 def all_options() -> dict[str, object]:

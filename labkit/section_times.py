@@ -551,10 +551,8 @@ def summary_table(records: list[dict]) -> str:
     named: the table the README and the instructor guide show (from the same records as the
     report, so a re-timing changes both)."""
     by_notebook: dict[str, dict[str, dict]] = {}
-    machines: dict[str, dict] = {}
     for record in records:
         by_notebook.setdefault(record["notebook"], {})[record["device"]] = record
-        machines.setdefault(record["device"], record)
     lines = ["| notebook | " + " | ".join(f"{DEVICE_NAMES[d]}: minutes" for d in DEVICES) + " |",
              "|---|" + "---|" * len(DEVICES)]
     for notebook, measured in by_notebook.items():
@@ -563,12 +561,15 @@ def summary_table(records: list[dict]) -> str:
                  if d in measured else "unmeasured" for d in DEVICES)
         lines.append(f"| `{notebook}` | " + " | ".join(cells) + " |")
     lines.append("")
+    runs = _runs(records)
     for device in DEVICES:
-        record = machines.get(device)
-        where = (f"{_machine_line(device, record['machine'])}; measured "
-                 f"{(record['machine'] or {}).get('date', 'on an unrecorded date')}"
-                 if record else "not measured yet")
-        lines.append(f"- {DEVICE_NAMES[device]}: {where}.")
+        mine = [(record, notebooks) for record, notebooks in runs if record["device"] == device]
+        for record, notebooks in mine:
+            lines.append(f"- {DEVICE_NAMES[device]}, {', '.join(n.split('_')[0] for n in notebooks)}: "
+                         f"{_machine_line(device, record['machine'])}; measured "
+                         f"{(record['machine'] or {}).get('date', 'on an unrecorded date')}.")
+        if not mine:
+            lines.append(f"- {DEVICE_NAMES[device]}: not measured yet.")
     return "\n".join(lines)
 
 

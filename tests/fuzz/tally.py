@@ -1,8 +1,9 @@
 """Count the fuzz cases' outcomes per surface: ``python tests/fuzz/tally.py [--slow]
 [--interrupts N] [--surfaces 1,4]``. Prints one row per surface (tried, clear, handled, silent,
 crash, hang) and every case that is neither clear nor handled, with what happened. The counts
-before and after the fixes of this round are in ``tests/fuzz/tally_before.txt`` and
-``tally_after.txt``."""
+before and after the fixes of round two are in ``tests/fuzz/tally_before.txt`` and
+``tally_after.txt``; round three's (surfaces 12-15 added, 4, 6, 10 and 11 extended) in
+``tally_round3.txt``."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ from fuzz import (
     trl_settings,
     verifiers,
 )
-from fuzz.harness import GOOD, run_case
+from fuzz.harness import assert_good, case_params
 from fuzz.scratch import scratch, write
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -41,68 +41,55 @@ POSIX_SIGNALS = pytest.mark.skipif(sys.platform == "win32",
                                    reason="sends POSIX signals to a forked child")
 
 
-def _params(module):
-    return [pytest.param(case, id=case.id, marks=_marks(case)) for case in module.cases()]
-
-
-def _marks(case) -> list:
-    return [pytest.mark.slow] if case.slow else []
-
-
-def _assert_good(case):
-    result = run_case(case)
-    assert result.outcome in GOOD, f"{case.id}: {result.outcome}: {result.detail}"
-
-
-@pytest.mark.parametrize("case", _params(specs))
+@pytest.mark.parametrize("case", case_params(specs))
 def test_reference_run_specs(case):
-    _assert_good(case)
+    assert_good(case)
 
 
-@pytest.mark.parametrize("case", _params(trl_settings))
+@pytest.mark.parametrize("case", case_params(trl_settings))
 def test_trl_bridge_settings_and_commands(case):
-    _assert_good(case)
+    assert_good(case)
 
 
 @pytest.mark.filterwarnings("ignore::FutureWarning")  # TRL's deprecations, as test_trl_bridge
-@pytest.mark.parametrize("case", _params(trl_rewards))
+@pytest.mark.parametrize("case", case_params(trl_rewards))
 def test_reward_functions_under_trl(case):
-    _assert_good(case)
+    assert_good(case)
 
 
-@pytest.mark.parametrize("case", _params(verifiers))
+@pytest.mark.parametrize("case", case_params(verifiers))
 def test_verifiers_ttrl_and_judge(case):
-    _assert_good(case)
+    assert_good(case)
 
 
-@pytest.mark.parametrize("case", _params(memory))
+@pytest.mark.parametrize("case", case_params(memory))
 def test_memory_planner(case):
-    _assert_good(case)
+    assert_good(case)
 
 
-@pytest.mark.parametrize("case", _params(doctor))
+@pytest.mark.parametrize("case", case_params(doctor))
 def test_run_doctor(case):
-    _assert_good(case)
+    assert_good(case)
 
 
-@pytest.mark.parametrize("case", _params(checkpoints))
+@pytest.mark.parametrize("case", case_params(checkpoints))
 def test_lora_and_checkpoints(case):
-    _assert_good(case)
+    assert_good(case)
 
 
-@pytest.mark.parametrize("case", _params(exercises))
+@pytest.mark.parametrize("case", case_params(exercises))
 def test_exercise_checkers(case):
-    _assert_good(case)
+    assert_good(case)
 
 
-@pytest.mark.parametrize("case", _params(preflight))
+@pytest.mark.parametrize("case", case_params(preflight))
 def test_preflight_check(case):
-    _assert_good(case)
+    assert_good(case)
 
 
-@pytest.mark.parametrize("case", _params(deploy))
+@pytest.mark.parametrize("case", case_params(deploy))
 def test_deployment_authentication(case):
-    _assert_good(case)
+    assert_good(case)
 
 
 # ---- 1. a spec is data: nothing in it is imported or run ---------------------------------------

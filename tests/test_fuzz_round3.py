@@ -15,37 +15,27 @@ from __future__ import annotations
 
 import pytest
 from fuzz import agents, classroom, data_rewards, trl_in
-from fuzz.harness import GOOD, run_case
+from fuzz.harness import assert_good, case_params
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def _params(module):
-    return [pytest.param(case, id=case.id, marks=[pytest.mark.slow] if case.slow else [])
-            for case in module.cases()]
-
-
-def _assert_good(case):
-    result = run_case(case)
-    assert result.outcome in GOOD, f"{case.id}: {result.outcome}: {result.detail}"
-
-
-@pytest.mark.parametrize("case", _params(classroom))
+@pytest.mark.parametrize("case", case_params(classroom))
 def test_classroom_commands_and_checkpoint_folders(case):
-    _assert_good(case)
+    assert_good(case)
 
 
-@pytest.mark.parametrize("case", _params(data_rewards))
+@pytest.mark.parametrize("case", case_params(data_rewards))
 def test_data_that_keys_or_judges_nothing(case):
-    _assert_good(case)
+    assert_good(case)
 
 
-@pytest.mark.parametrize("case", _params(agents))
+@pytest.mark.parametrize("case", case_params(agents))
 def test_agent_episode_loop(case):
-    _assert_good(case)
+    assert_good(case)
 
 
 @pytest.mark.filterwarnings("ignore::FutureWarning")  # TRL's deprecations, as test_trl_bridge
-@pytest.mark.parametrize("case", _params(trl_in))
+@pytest.mark.parametrize("case", case_params(trl_in))
 def test_trl_in(case):
-    _assert_good(case)
+    assert_good(case)

@@ -22,13 +22,11 @@ both) or on Windows.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import importlib
 import importlib.util
 import json
 import math
-import os
 import re
 import secrets
 import shutil
@@ -60,24 +58,11 @@ CONFIG_CLASSES = {
 }
 
 sys.path.insert(0, str(DEPLOY))
+from fuzz.deploy import admin_variable
 from hub_student import HubStudent
 from local_hub import LocalHub, hub_config
 from nbgitpuller_link import nbgitpuller_link
 from notebook_pieces import grpo_pieces, tour_setup
-
-
-@contextlib.contextmanager
-def admin_variable(name: str | None):
-    """GRPO_LAB_ADMIN, the shipped configs' required admin name, set to ``name`` (None: unset)."""
-    saved = os.environ.pop("GRPO_LAB_ADMIN", None)
-    if name is not None:
-        os.environ["GRPO_LAB_ADMIN"] = name
-    try:
-        yield
-    finally:
-        os.environ.pop("GRPO_LAB_ADMIN", None)
-        if saved is not None:
-            os.environ["GRPO_LAB_ADMIN"] = saved
 
 
 def shipped_config(admin: str | None = ADMIN):

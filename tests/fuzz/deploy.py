@@ -80,11 +80,12 @@ def _none(hits):
 
 
 @contextlib.contextmanager
-def _admin_variable(value):
-    """GRPO_LAB_ADMIN set to ``value`` (None: unset) for the block."""
+def admin_variable(name: str | None):
+    """GRPO_LAB_ADMIN, the shipped configs' required admin name, set to ``name`` (None: unset)
+    for the block (tests/test_hub.py uses it too)."""
     saved = os.environ.pop("GRPO_LAB_ADMIN", None)
-    if value is not None:
-        os.environ["GRPO_LAB_ADMIN"] = value
+    if name is not None:
+        os.environ["GRPO_LAB_ADMIN"] = name
     try:
         yield
     finally:
@@ -96,7 +97,7 @@ def _admin_variable(value):
 def _one_server_config(admin=ADMIN):
     from traitlets.config.loader import PyFileConfigLoader
 
-    with _admin_variable(admin):
+    with admin_variable(admin):
         return PyFileConfigLoader("jupyterhub_config.py", path=str(DEPLOY)).load_config()
 
 
@@ -129,7 +130,7 @@ def _z2jh_config(admin=ADMIN):
     values = _z2jh_values()
     c = Config(values["hub"]["config"])
     c.JupyterHub.load_roles = []
-    with _admin_variable(admin):
+    with admin_variable(admin):
         for _, snippet in sorted(values["hub"].get("extraConfig", {}).items()):
             exec(compile(snippet, "values.yaml:hub.extraConfig", "exec"), {"c": c})  # noqa: S102
     return c

@@ -151,3 +151,17 @@ def run_case(case: Case, grace: float = 30.0) -> Result:
         return Result("hang", f"took {seconds:.1f} s (bound {case.seconds:g} s); {detail}",
                       seconds)
     return Result(outcome, detail, seconds)
+
+
+def case_params(module) -> list:
+    """The cases of ``module`` as pytest parameters, each named by its id; slow cases marked."""
+    import pytest
+
+    return [pytest.param(case, id=case.id, marks=[pytest.mark.slow] if case.slow else [])
+            for case in module.cases()]
+
+
+def assert_good(case: Case) -> None:
+    """Run ``case`` and fail unless it ends clear or handled, saying what happened."""
+    result = run_case(case)
+    assert result.outcome in GOOD, f"{case.id}: {result.outcome}: {result.detail}"

@@ -7,9 +7,9 @@ machine, or NOT READY with one line per thing to fix. The exit status is 0 when 
 allowed) and 1 when any check fails.
 
 The checks: the Python version; the installed dependencies against labkit's declared floors
-(``labkit.compat``) and against the known-good ``requirements-lock.txt`` at the repository root,
+(``labkit.runtime.compat``) and against the known-good ``requirements-lock.txt`` at the repository root,
 when there is one (only the locked packages this install has or needs: the lock is one file for
-every platform and lists the CUDA libraries that only torch's CUDA build pulls); the CPU budget (``labkit.cpu``); free memory, a container's memory limit
+every platform and lists the CUDA libraries that only torch's CUDA build pulls); the CPU budget (``labkit.runtime.cpu``); free memory, a container's memory limit
 included; the shipped model and task files against ``data/MANIFEST.sha256``; loading the tiny
 Qwen and a greedy answer; and the time of a GRPO step with notebook 02's live-run config.
 
@@ -43,8 +43,9 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
-from labkit import compat, cpu, tasks
-from labkit.hashing import file_sha256
+from labkit import tasks
+from labkit.runtime import compat, cpu
+from labkit.runtime.hashing import file_sha256
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: The known-good environment: ``name==version`` lines, ``#`` comments, optional markers.

@@ -77,7 +77,7 @@ from dataclasses import dataclass
 
 import torch
 
-from labkit.compat import cache_kwargs
+from labkit.runtime.compat import cache_kwargs
 
 #: ``decode_path`` values: ``auto`` = the fixed loop on CUDA, the dynamic loop elsewhere.
 DECODE_PATHS = ("auto", "dynamic", "fixed")

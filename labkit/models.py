@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from labkit.compat import cache_kwargs, enable_activation_checkpointing
+from labkit.runtime.compat import cache_kwargs, enable_activation_checkpointing
 
 #: Where the shipped data lives; ``LABKIT_DATA`` overrides it (e.g. a read-only install).
 DATA_DIR = Path(os.environ.get("LABKIT_DATA", Path(__file__).resolve().parent.parent / "data"))

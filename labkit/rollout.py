@@ -35,9 +35,9 @@ from dataclasses import dataclass
 
 import torch
 
-from labkit.compat import cache_kwargs
 from labkit.decode import current_settings, decode_fixed, plan_decoding
 from labkit.models import attention_kernels
+from labkit.runtime.compat import cache_kwargs
 
 
 @dataclass

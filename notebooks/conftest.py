@@ -13,12 +13,12 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Headless: widgets draw their static figure with default settings (labkit.widgets).
 os.environ.setdefault("LABKIT_STATIC", "1")
 
-# Each kernel starts with the suite's deprecation check (labkit.compat): a FutureWarning or
+# Each kernel starts with the suite's deprecation check (labkit.runtime.compat): a FutureWarning or
 # DeprecationWarning that a dependency raises inside a labkit call fails the cell, so no
 # notebook shows a learner such a warning. IPython runs the profile's startup files first.
 _ipython_dir = Path(tempfile.mkdtemp(prefix="labkit-ipython-"))
 (_ipython_dir / "profile_default" / "startup").mkdir(parents=True)
 (_ipython_dir / "profile_default" / "startup" / "00-labkit-deprecations.py").write_text(
-    "from labkit.compat import escalate_dependency_warnings\nescalate_dependency_warnings()\n")
+    "from labkit.runtime.compat import escalate_dependency_warnings\nescalate_dependency_warnings()\n")
 os.environ["IPYTHONDIR"] = str(_ipython_dir)
 atexit.register(shutil.rmtree, _ipython_dir, ignore_errors=True)

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from labkit.compat import escalate_dependency_warnings
+from labkit.runtime.compat import escalate_dependency_warnings
 
 # Nothing in the tests may reach a model hub; fail fast instead of hanging on a download.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -51,7 +51,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _no_deprecated_calls():
     """The whole suite runs as if with ``-W error::FutureWarning -W error::DeprecationWarning``,
-    restricted to warnings raised while labkit is on the call stack (labkit.compat)."""
+    restricted to warnings raised while labkit is on the call stack (labkit.runtime.compat)."""
     undo = escalate_dependency_warnings()
     yield
     undo()

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from labkit import check, compat, cpu
+from labkit import check
+from labkit.runtime import compat, cpu
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data"

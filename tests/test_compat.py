@@ -1,4 +1,4 @@
-"""labkit.compat: version floors with one clear line, the cache keyword of the installed
+"""labkit.runtime.compat: version floors with one clear line, the cache keyword of the installed
 transformers, and the suite's check that labkit calls no deprecated dependency API."""
 
 import os
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from labkit import compat
 from labkit.models import TINY_MODEL_DIR
+from labkit.runtime import compat
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,7 +78,7 @@ def test_import_labkit_in_an_old_environment_fails_with_one_line(tmp_path):
                           text=True, env=env, timeout=120, check=False)
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("labkit.compat.IncompatibleEnvironment: labkit cannot run")
+    assert last.startswith("labkit.runtime.compat.IncompatibleEnvironment: labkit cannot run")
     assert f"transformers 4.57.6 is too old; labkit needs transformers>={FLOORS['transformers']}" \
         in last
 

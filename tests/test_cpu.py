@@ -1,4 +1,4 @@
-"""labkit.cpu: the container's CPU quota read from fake cgroup trees, and torch's thread count
+"""labkit.runtime.cpu: the container's CPU quota read from fake cgroup trees, and torch's thread count
 set from it in a fresh process."""
 
 import os
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import cpu
+from labkit.runtime import cpu
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -147,8 +147,8 @@ def test_an_invalid_labkit_threads_fails_the_import_naming_it():
 @pytest.mark.skipif(cpu.affinity_cpus() < 2, reason="needs 2+ CPUs for a quota to lower torch")
 def test_a_one_cpu_quota_gives_torch_one_thread_in_a_fresh_process(tmp_path):
     root = _tree(tmp_path / "cg", {"cpu.max": "100000 100000"})
-    code = ("import torch; before = torch.get_num_threads(); import labkit.cpu; "
-            "print(before, torch.get_num_threads(), labkit.cpu.usable_cpus())")
+    code = ("import torch; before = torch.get_num_threads(); import labkit.runtime.cpu; "
+            "print(before, torch.get_num_threads(), labkit.runtime.cpu.usable_cpus())")
     done = _fresh_threads({"LABKIT_CGROUP_ROOT": str(root)}, code)
     assert done.returncode == 0, done.stderr
     before, after, usable = map(int, done.stdout.split())

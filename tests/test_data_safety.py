@@ -21,7 +21,7 @@ from labkit.engine.checkpoint import (
     load_state,
     qualified_name,
 )
-from labkit.hashing import file_sha256
+from labkit.runtime.hashing import file_sha256
 from labkit.tasks import load_split
 from labkit.trainer import Trainer, train
 

@@ -7,8 +7,8 @@ import torch
 
 from labkit.agents.calculator import CalculatorEnv
 from labkit.agents.episodes import action_mask_of
-from labkit.compat import installed_version, version_tuple
 from labkit.models import TOOL_MODEL_DIR, load_policy
+from labkit.runtime.compat import installed_version, version_tuple
 from labkit.tasks import load_split
 
 trl = pytest.importorskip("trl")

@@ -65,8 +65,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from labkit.hashing import file_sha256
 from labkit.models import quietly
+from labkit.runtime.hashing import file_sha256
 
 STATE_FILE = "trainer_state.pt"
 MANIFEST_FILE = "manifest.json"

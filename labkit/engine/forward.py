@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import torch
 
-from labkit.compat import cache_kwargs
 from labkit.logprobs import logprobs_and_entropy, token_logprobs
 from labkit.lora import adapters_disabled
 from labkit.mismatch import mismatch_metrics, mismatch_weights
 from labkit.models import attention_kernels
+from labkit.runtime.compat import cache_kwargs
 
 #: What one extra forward + backward costs, in padded tokens' worth of compute: on a CPU the tiny
 #: model's per-call overhead is small next to its per-token cost; on a GPU kernel launches

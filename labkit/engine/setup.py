@@ -9,10 +9,10 @@ import math
 
 import torch
 
-from labkit.compat import enable_activation_checkpointing
 from labkit.engine.data import as_dataset, check_prompt_dataset, check_unique_ids
 from labkit.models import load_policy
 from labkit.rewards import accuracy_reward, format_reward, reward_function_names
+from labkit.runtime.compat import enable_activation_checkpointing
 from labkit.tasks import load_split
 
 

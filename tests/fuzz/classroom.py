@@ -245,7 +245,7 @@ def _without_fingerprints():
     state.pop("fingerprints", None)
     torch.save(state, folder / STATE_FILE)
     manifest = json.loads((folder / "manifest.json").read_text())
-    from labkit.hashing import file_sha256
+    from labkit.runtime.hashing import file_sha256
 
     manifest[STATE_FILE] = file_sha256(folder / STATE_FILE)
     (folder / "manifest.json").write_text(json.dumps(manifest))

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from fuzz.harness import Case
 from fuzz.scratch import scratch
-from labkit import check, compat
+from labkit import check
+from labkit.runtime import compat
 from labkit.tasks import data_dir
 
 SURFACE = 10
@@ -41,7 +42,7 @@ def _copy() -> Path:
 
 def _run(break_it, lock=None, **patches):
     """``run_checks`` (no timing) on a copy of the data broken by ``break_it(root)``, with
-    ``labkit.compat`` functions replaced by ``patches`` for the call."""
+    ``labkit.runtime.compat`` functions replaced by ``patches`` for the call."""
     def call():
         root = _copy()
         break_it(root)

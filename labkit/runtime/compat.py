@@ -147,7 +147,7 @@ def escalate_dependency_warnings():
     return undo
 
 
-_PACKAGE_DIR = str(Path(__file__).resolve().parent)
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])  # labkit/, not labkit/runtime/
 
 
 def _in_a_module(filename: str) -> bool:

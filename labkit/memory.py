@@ -325,6 +325,7 @@ def memory_plan(model_config_or_name, train_config=None, *, prompt_length: int |
     without PPO) has no row.
     """
     from labkit.config import TrainConfig
+    from labkit.engine.forward import shares_prompts
 
     cfg = TrainConfig() if train_config is None else train_config
     if not isinstance(cfg, TrainConfig):
@@ -391,14 +392,10 @@ def memory_plan(model_config_or_name, train_config=None, *, prompt_length: int |
          if backup else "no rollback copy; ") + how)
     per_layer = b * T * a_layer
     # Distinct prompts in a micro-batch: the whole batch holds p, a split of it at most min(p, b).
-    # Without checkpointing the trainer runs each once and its completions on top (labkit.engine.forward)
+    # A trainer that shares prompts runs each once and its completions on top (labkit.engine.forward)
     u = min(p, b)
     tokens = b * T  # tokens through the training forward
-    if cfg.gradient_checkpointing:
-        activations = L * b * T * d * s + per_layer
-        act_formula = (f"checkpointing: L x b x T x d x s (layer inputs) + one layer's b x T x "
-                       f"a_L = {L} x {b} x {T} x {d} x {s} + {b} x {T} x {a_layer}")
-    elif u < b:
+    if shares_prompts(cfg) and u < b:
         tokens = u * P + b * C
         # each completion row's attention still saves the prompt's keys and values, repeated to
         # h heads: 2 h hd s per prompt position and row
@@ -407,6 +404,10 @@ def memory_plan(model_config_or_name, train_config=None, *, prompt_length: int |
         act_formula = (f"shared prompts: L x ((u P + b C) x a_L + b P x 2 h hd s) = {L} x (({u} x "
                        f"{P} + {b} x {C}) x {a_layer} + {b} x {P} x {kv}) B, u = distinct "
                        f"prompts")
+    elif cfg.gradient_checkpointing:
+        activations = L * b * T * d * s + per_layer
+        act_formula = (f"checkpointing: L x b x T x d x s (layer inputs) + one layer's b x T x "
+                       f"a_L = {L} x {b} x {T} x {d} x {s} + {b} x {T} x {a_layer}")
     else:
         activations = L * per_layer
         act_formula = f"L x b x T x a_L = {L} x {b} x {T} x {a_layer} B/token"

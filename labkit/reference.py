@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from labkit.rules import config_rule
+from labkit.config.rules import config_rule
 
 
 @torch.no_grad()
@@ -53,22 +53,27 @@ class StallTrigger:
         return True
 
 
-def move_reference(trainer) -> dict:
-    """After an update: TR-DPO's soft sync every ``ref_model_sync_steps`` optimizer steps, and
-    ProRL's periodic hard reset. Returns the ``ref_sync``/``ref_reset`` events of the step."""
-    cfg = trainer.config
+def move_reference(config, step: int, optimizer_steps: int, policy: torch.nn.Module,
+                   reference: torch.nn.Module | None,
+                   optimizer: torch.optim.Optimizer) -> tuple[int, dict]:
+    """After the update of step ``step`` (counted from 0): TR-DPO's soft sync every
+    ``ref_model_sync_steps`` optimizer steps, and ProRL's periodic hard reset, each moving
+    ``reference`` towards ``policy`` in place (a run without a separate reference, None, has no
+    move: the config refuses one). ``optimizer_steps`` counts the run's optimizer steps before
+    this update. Returns the count after it (the caller keeps it: a checkpoint
+    saves it) and the ``ref_sync``/``ref_reset`` events of the step."""
+    cfg = config
     events = {}
     if cfg.sync_ref_model:
-        before = trainer.optimizer_steps
-        trainer.optimizer_steps += cfg.num_iterations * cfg.num_mini_batches
-        if trainer.optimizer_steps // cfg.ref_model_sync_steps > \
-                before // cfg.ref_model_sync_steps:
-            mix_reference(trainer.model, trainer.ref_model, cfg.ref_model_mixup_alpha)
+        before = optimizer_steps
+        optimizer_steps += cfg.num_iterations * cfg.num_mini_batches
+        if optimizer_steps // cfg.ref_model_sync_steps > before // cfg.ref_model_sync_steps:
+            mix_reference(policy, reference, cfg.ref_model_mixup_alpha)
             events["ref_sync"] = 1
-    if cfg.ref_reset_every and (trainer.step + 1) % cfg.ref_reset_every == 0:
-        reset_reference(trainer.model, trainer.ref_model, trainer.optimizer)
+    if cfg.ref_reset_every and (step + 1) % cfg.ref_reset_every == 0:
+        reset_reference(policy, reference, optimizer)
         events["ref_reset"] = 1
-    return events
+    return optimizer_steps, events
 
 
 @config_rule

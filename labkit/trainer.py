@@ -74,6 +74,7 @@ from labkit.engine.forward import (
     micro_batches,
     rows_with_gradient,
     score_forwards,
+    shares_prompts,
 )
 from labkit.engine.run_control import (
     InterruptGuard,
@@ -84,7 +85,12 @@ from labkit.engine.run_control import (
     restore_rng,
     terminate_as_interrupt,
 )
-from labkit.engine.sampling import greedy_rewards, sample_round, synced_sampling_model
+from labkit.engine.sampling import (
+    SamplingInputs,
+    greedy_rewards,
+    sample_round,
+    synced_sampling_model,
+)
 from labkit.engine.scoring import sampling_metrics
 from labkit.engine.setup import (
     frozen_copy,
@@ -108,6 +114,7 @@ from labkit.losses import (
 )
 from labkit.metrics import METRICS, TIMING_COLUMNS, StepStats
 from labkit.models import ValueModel
+from labkit.offpolicy import correct_batch, make_producer
 from labkit.prompt_sampling import make_sampler
 from labkit.ptx import PTXData, ptx_nll
 from labkit.reference import StallTrigger, move_reference, reset_reference
@@ -202,6 +209,8 @@ class Trainer:
         self.optimizer_steps = 0  # TR-DPO syncs the reference every ref_model_sync_steps of them
         self.stall = StallTrigger(cfg.ref_reset_patience)  # ProRL's reset when eval stalls
         self.temperature = cfg.temperature  # the current step's (temperature_schedule)
+        # the sampler: this step's batch, or k steps ahead of the trainer (labkit.offpolicy)
+        self.producer = make_producer(self)
         if cfg.resume_from:
             self.load_checkpoint(cfg.resume_from)
 
@@ -253,6 +262,7 @@ class Trainer:
             self._on_interrupt()
         finally:
             bar.close()
+            self.producer.close()
             self.model.eval()
         return TrainResult(self.model, self.tokenizer, self.history, self.eval_history,
                            interrupted, self)
@@ -260,7 +270,8 @@ class Trainer:
     def _run_step(self) -> dict:
         """:meth:`training_step`, forgotten if it fails before its update: the random state and
         the prompt position go back, so a retry samples the same prompts and completions."""
-        snapshot = (capture_rng(self.generator), self.sampler.state_dict())
+        snapshot = (capture_rng(self.generator), self.sampler.state_dict(),
+                    self.producer.snapshot())
         self._update_started = False
         try:
             return self.training_step()
@@ -268,6 +279,7 @@ class Trainer:
             if not self._update_started:
                 restore_rng(snapshot[0], self.generator)
                 self.sampler.load_state_dict(snapshot[1])
+                self.producer.restore(snapshot[2])
             raise
 
     def _after_step(self, row: dict) -> None:
@@ -323,14 +335,18 @@ class Trainer:
             torch.cuda.reset_peak_memory_stats(self.device)
         self.temperature = temperature_at(self.step, cfg.max_steps, cfg.temperature,
                                           cfg.temperature_final, cfg.temperature_schedule)
-        batch, row = self.sample_and_score()                 # 1-2
+        stamped = self.producer.next(self)                   # 1-2, k steps ahead (offpolicy)
+        batch, row, self.temperature = stamped.batch, stamped.row, stamped.temperature
         row.update(self.score_forwards(batch))               # 3
+        row.update(correct_batch(batch, cfg, self.step - stamped.version))
         row.update(self.compute_advantages(batch))           # 4
         learning_rate = self.optimizer.param_groups[0]["lr"]
         with self.guard:                                     # 5, never half applied
             self._update_started = True
             row.update(self.update(batch))
-            row.update(move_reference(self))
+            self.optimizer_steps, moves = move_reference(
+                cfg, self.step, self.optimizer_steps, self.model, self.ref_model, self.optimizer)
+            row.update(moves)
             self.step += 1
             elapsed = time.perf_counter() - start
             row.update(step=self.step, learning_rate=learning_rate, step_time=elapsed,
@@ -351,9 +367,11 @@ class Trainer:
         cfg, num_generations = self.config, self.config.num_generations
         kept, produced = [], []
         needed, rounds, dropped, generation_time = cfg.prompts_per_step, 0, 0, 0.0
-        sampling_model = synced_sampling_model(self)
+        inputs = self.sampling_inputs()
+        sampling_model = synced_sampling_model(self.model, self.sampling_model)
         while True:
-            batch, round_, seconds = sample_round(self, self.sampler.take(needed), sampling_model)
+            batch, round_, seconds = sample_round(inputs, self.sampler.take(needed),
+                                                  sampling_model, self.sampler, self.generator)
             produced.append(round_)
             generation_time += seconds
             if not cfg.dynamic_sampling:
@@ -381,17 +399,19 @@ class Trainer:
                    generation_time=generation_time)
         return batch, row
 
+    def sampling_inputs(self) -> SamplingInputs:
+        """What sampling and scoring read from this run, at this step's temperature."""
+        return SamplingInputs(self.config, self.model, self.tokenizer, self.reward_funcs,
+                              self.train_dataset, self.environment_factory, self.temperature,
+                              self.device)
+
     # ---- 3. score forwards -----------------------------------------------------------------------
     def score_forwards(self, batch: Experience) -> dict:
         """No-grad forwards the update needs, and only those (behaviour policy, reference,
         critic: :func:`labkit.engine.forward.score_forwards`); returns the sampler/trainer
         mismatch metrics when the correction is on (else ``{}``)."""
-        return score_forwards(self, batch)
-
-    @property
-    def _share_prompts(self) -> bool:
-        # activation checkpointing recomputes forwards without the shared prompt cache
-        return not self.config.gradient_checkpointing
+        return score_forwards(batch, self.config, self.model, self.ref_model, self.value_model,
+                              self.temperature, self.micro_batches)
 
     @property
     def loss(self) -> LossType:
@@ -435,7 +455,7 @@ class Trainer:
             rewards=rewards, num_generations=num_generations, lengths=batch.lengths, mask=mask,
             config=cfg, reward_components=batch.reward_components, values=batch.values,
             token_kl=kl if estimator.per_token else None,
-            greedy_rewards=lambda: greedy_rewards(self, batch)))
+            greedy_rewards=lambda: greedy_rewards(self.sampling_inputs(), batch)))
         if estimator.per_token:
             batch.token_advantages, batch.returns = result.advantages, result.returns
         else:
@@ -496,7 +516,7 @@ class Trainer:
         for micro_rows in self.micro_batches(mini, has_gradient.nonzero().squeeze(-1)):
             mb = mini.select(micro_rows).trimmed()
             logp, entropy = completion_logprobs_and_entropy(self.model, mb, self.temperature,
-                                                            self._share_prompts)
+                                                            shares_prompts(cfg))
             if not finite_where(mb.loss_mask, logp, mb.old_logp, mb.ref_logp):
                 return False
             if mb.action_mask is not None:  # episodes: what the policy thinks of the tool's text
@@ -520,7 +540,7 @@ class Trainer:
             stats.add("loss", metrics.pop("loss"), weight=None)
             weight = mb.loss_mask.sum()
             if self.value_model is not None:
-                values = completion_values(self.value_model, mb, self._share_prompts)
+                values = completion_values(self.value_model, mb, shares_prompts(cfg))
                 v_loss, v_metrics = value_loss(values, mb.values, mb.returns, mb.loss_mask,
                                                cfg.clip_range_value)
                 # value_loss is a token mean of the micro-batch: weigh it into the mini-batch's

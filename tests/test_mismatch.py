@@ -157,6 +157,6 @@ def test_a_bfloat16_sampler_shows_a_gap_that_the_correction_weighs(mode):
     assert (history["is_corrected_frac"] > 0).any()
     assert (history["is_corrected_frac"] < 1).all()
     # the sampler follows the trainer: after the run, its weights are the policy's (cast)
-    synced_sampling_model(trainer)
+    synced_sampling_model(trainer.model, trainer.sampling_model)
     for a, b in zip(trainer.sampling_model.parameters(), trainer.model.parameters(), strict=True):
         assert torch.equal(a, b.to(torch.bfloat16))

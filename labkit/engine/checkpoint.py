@@ -402,8 +402,8 @@ def _as_tuple(value):
 INPUT_CHANGES = ("data", "rewards", "environment")
 
 
-def run_fingerprints(trainer) -> dict:
-    """What a trainer trains on, in a form a checkpoint can store and compare:
+def run_fingerprints(train_dataset, reward_names, reward_weights, environment_factory) -> dict:
+    """What a run trains on, in a form a checkpoint can store and compare:
 
     * ``data``: the training set's row count and the SHA-256 of its rows' ``id`` (where the
       column exists) and ``prompt``, in order (the prompt sampler's position is an index into
@@ -415,12 +415,11 @@ def run_fingerprints(trainer) -> dict:
     Names, not code: a reward function edited under the same name passes, as TRL's checkpoints
     would let it.
     """
-    weights = trainer.config.reward_weights
-    names = list(trainer.reward_names)
-    return {"data": data_fingerprint(trainer.train_dataset),
-            "rewards": {"names": names, "weights": [float(w) for w in weights]
-                        if weights is not None else [1.0] * len(names)},
-            "environment": qualified_name(trainer.environment_factory)}
+    names = list(reward_names)
+    return {"data": data_fingerprint(train_dataset),
+            "rewards": {"names": names, "weights": [float(w) for w in reward_weights]
+                        if reward_weights is not None else [1.0] * len(names)},
+            "environment": qualified_name(environment_factory)}
 
 
 def data_fingerprint(dataset) -> dict:
@@ -507,7 +506,9 @@ __all__ = ["INPUT_CHANGES", "RESUMABLE_CHANGES", "CheckpointError", "allowed_cha
 
 
 def save_trainer(trainer, directory) -> Path:
-    """Save everything a :class:`labkit.trainer.Trainer` needs to resume, atomically."""
+    """Save everything a :class:`labkit.trainer.Trainer` needs to resume, atomically. It takes the
+    whole trainer on purpose: a checkpoint is the trainer's whole state (models, optimizer,
+    counters, histories), and every piece of it read here is one a resume must restore."""
     from labkit.engine.run_control import capture_rng
 
     state = {"step": trainer.step, "optimizer": trainer.optimizer.state_dict(),
@@ -519,7 +520,7 @@ def save_trainer(trainer, directory) -> Path:
              "optimizer_steps": trainer.optimizer_steps,
              "best_eval": [trainer.stall.best, trainer.stall.since_best],
              "base_fingerprint": base_fingerprint(trainer.model),
-             "fingerprints": run_fingerprints(trainer),
+             "fingerprints": _fingerprints_of(trainer),
              "config": trainer.config.to_dict()}
     return save_checkpoint(directory, model=trainer.model, tokenizer=trainer.tokenizer,
                            state=state, history=trainer.history,
@@ -531,14 +532,15 @@ def restore_trainer(trainer, directory, allow_changes=()) -> None:
     """Restore a :func:`save_trainer` folder into ``trainer`` (weights, optimizer, scheduler,
     random states, data position, history); refuses a checkpoint whose run had a different
     configuration in any field outside :data:`RESUMABLE_CHANGES`, or other inputs
-    (:func:`run_fingerprints`) than the ones ``allow_changes`` names."""
+    (:func:`run_fingerprints`) than the ones ``allow_changes`` names. Like :func:`save_trainer`
+    it takes the whole trainer: it writes back every piece of state that one saved."""
     from labkit.engine.run_control import restore_rng
 
     allow = allowed_changes(allow_changes)
     saved = load_state(directory)
     check_same_run(saved.get("config", {}), trainer.config, directory)
     check_same_base(saved.get("base_fingerprint"), trainer.model, directory)
-    check_same_inputs(saved.get("fingerprints"), run_fingerprints(trainer), directory, allow)
+    check_same_inputs(saved.get("fingerprints"), _fingerprints_of(trainer), directory, allow)
     state, history, eval_history = load_checkpoint(
         directory, model=trainer.model, value_model=trainer.value_model,
         ref_model=trainer.ref_model, verify=False)
@@ -554,3 +556,8 @@ def restore_trainer(trainer, directory, allow_changes=()) -> None:
     trainer.stall.best, trainer.stall.since_best = state.get("best_eval", [-math.inf, 0])
     trainer.rows = history.to_dict("records")
     trainer.eval_rows = eval_history.to_dict("records")
+
+
+def _fingerprints_of(trainer) -> dict:
+    return run_fingerprints(trainer.train_dataset, trainer.reward_names,
+                            trainer.config.reward_weights, trainer.environment_factory)

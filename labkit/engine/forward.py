@@ -77,11 +77,17 @@ def shared_prompt_forward(call, batch) -> torch.Tensor:
     return torch.cat([head, tail], dim=1)
 
 
+def shares_prompts(config) -> bool:
+    """Whether the training forwards of a run with ``config`` share each prompt's forward among
+    its completions (:func:`shared_prompt_forward`): not with ``gradient_checkpointing``, whose
+    recomputed forwards run without the shared cache."""
+    return not config.gradient_checkpointing
+
+
 def completion_outputs(call, batch, share_prompts: bool = True) -> torch.Tensor:
     """:func:`shared_prompt_forward` when some prompt repeats in ``batch`` and sharing is allowed
-    (activation checkpointing recomputes forwards without the cache, so it turns sharing off),
-    else :func:`plain_forward`. Attention runs the kernels chosen for the device
-    (:func:`labkit.models.attention_kernels`: no cuDNN attention on CUDA)."""
+    (the run's :func:`shares_prompts`), else :func:`plain_forward`. Attention runs the kernels
+    chosen for the device (:func:`labkit.models.attention_kernels`: no cuDNN attention on CUDA)."""
     with attention_kernels(batch.completion_ids.device):
         if share_prompts and len(torch.unique(batch.prompt_index)) < len(batch):
             return shared_prompt_forward(call, batch)
@@ -139,7 +145,7 @@ def length_packed_micro_batches(prompt_lengths: torch.Tensor, completion_lengths
 
 __all__ = ["FORWARD_COST_IN_TOKENS", "completion_logprobs", "completion_logprobs_and_entropy",
            "completion_outputs", "completion_values", "critic_call", "length_packed_micro_batches",
-           "plain_forward", "policy_call", "shared_prompt_forward"]
+           "plain_forward", "policy_call", "shared_prompt_forward", "shares_prompts"]
 
 
 def micro_batches(batch, rows: torch.Tensor, micro_batch_size: int | None,
@@ -189,34 +195,35 @@ def rows_with_gradient(batch, config, critic: bool = False) -> torch.Tensor:
     return has_tokens & nonzero
 
 
-def score_forwards(trainer, batch) -> dict:
+def score_forwards(batch, config, policy, ref_model, value_model, temperature: float,
+                   split) -> dict:
     """The trainer's step 3: the no-grad forwards its update needs, and only those: the behaviour
     policy's log-probs when the update is off-policy (or demonstrations or the sampler mismatch
-    need them), the reference's when ``beta != 0`` (with LoRA, the policy with its adapters off),
-    the critic's values for PPO. Returns the sampler/trainer mismatch metrics when the
-    correction is on (else ``{}``)."""
-    cfg = trainer.config
+    need them), the reference's when ``beta != 0`` (``ref_model``; None with LoRA: the policy
+    with its adapters off), the critic's values for PPO (``value_model``; None without one).
+    Log-probs are at ``temperature`` (this step's); ``split(batch, rows)`` gives the
+    micro-batches (:func:`micro_batches`). Sets the batch's fields and returns the
+    sampler/trainer mismatch metrics when the correction is on (else ``{}``)."""
+    cfg = config
     if len(batch) == 0:
         return {}
-    temperature = trainer.temperature
-    share = not cfg.gradient_checkpointing  # checkpointing recomputes without the shared cache
+    share = shares_prompts(cfg)
     # demonstrations were not sampled by the policy: the old policy must score them; the
     # mismatch correction compares the trainer's old log-probs with the sampler's (TRL)
-    if (cfg.off_policy or cfg.rlplus_demonstrations
+    if (cfg.off_policy or cfg.rlplus_demonstrations or cfg.max_staleness > 0
             or cfg.vllm_importance_sampling_correction):
         batch.old_logp = no_grad_outputs(batch, lambda mb: completion_logprobs(
-            trainer.model, mb, temperature, share), trainer.micro_batches)
+            policy, mb, temperature, share), split)
         if cfg.rlplus_demonstrations:  # their "sampling" log-probs are the old policy's
             demo = batch.demonstrations[:, None]
             batch.sample_logp = torch.where(demo, batch.old_logp, batch.sample_logp)
     if cfg.needs_reference:  # LoRA: the policy itself with its adapters off
-        with adapters_disabled(trainer.ref_model if trainer.ref_model is not None
-                               else trainer.model) as reference:
+        with adapters_disabled(ref_model if ref_model is not None else policy) as reference:
             batch.ref_logp = no_grad_outputs(batch, lambda mb: completion_logprobs(
-                reference, mb, temperature, share), trainer.micro_batches)
-    if trainer.value_model is not None:
+                reference, mb, temperature, share), split)
+    if value_model is not None:
         batch.values = no_grad_outputs(batch, lambda mb: completion_values(
-            trainer.value_model, mb, share), trainer.micro_batches)
+            value_model, mb, share), split)
     if not cfg.vllm_importance_sampling_correction:
         return {}
     mode = cfg.vllm_importance_sampling_mode

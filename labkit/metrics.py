@@ -54,6 +54,20 @@ METRICS = {
                      "sequences (sequence_* modes) (TRL's sampling/importance_sampling_ratio/mean)",
     "is_corrected_frac": "share of tokens (token_* modes) or sequences (sequence_* modes) whose "
                          "mismatch ratio the bound truncated or masked",
+    "staleness": "max_staleness > 0: steps between the weights that sampled the step's batch "
+                 "and the weights it trains (labkit.offpolicy)",
+    "queue_wait": "async_mode='overlapped': seconds the trainer waited for the sampling thread "
+                  "(the queue starved)",
+    "offpolicy_ratio_mean": "max_staleness > 0: mean behaviour ratio pi_prox / pi_behav over the "
+                            "loss tokens (the weights at the update / the weights that sampled)",
+    "offpolicy_ratio_q<NN>": "quantiles 05, 25, 50, 75, 95 of the behaviour ratio over the loss "
+                             "tokens (offpolicy_ratio_q05 ...)",
+    "offpolicy_kl": "k3 estimate of KL(behaviour || proximal policy) per loss token: how far the "
+                    "weights moved since the batch was sampled",
+    "offpolicy_clip_frac": "share of loss tokens whose behaviour ratio lies outside [1 - epsilon, "
+                           "1 + epsilon_high] (what a clip anchored on the sampler would silence)",
+    "offpolicy_corrected_frac": "share of loss tokens whose behaviour weight offpolicy_correction "
+                                "truncated (tis) or masked (icepop, decoupled)",
     "tool_call_rate": "episodes: share of episodes that called a tool at least once",
     "tool_calls": "episodes: mean tool calls answered per episode",
     "tool_error_rate": "episodes: share of tool calls answered with an error (malformed call, "
@@ -91,7 +105,8 @@ METRICS = {
 }
 
 #: Columns that measure the machine, not the algorithm (they differ between identical runs).
-TIMING_COLUMNS = ("step_time", "generation_time", "tokens_per_second", "peak_memory_mb")
+TIMING_COLUMNS = ("step_time", "generation_time", "tokens_per_second", "peak_memory_mb",
+                  "queue_wait")
 
 #: Columns every step has, NaN when nothing trained (so tables line up across steps).
 ALWAYS_LOGGED = ("loss", "clip_low", "clip_high", "clip_region", "kl_old", "entropy")

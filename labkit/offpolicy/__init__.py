@@ -1,0 +1,28 @@
+"""Asynchronous, off-policy RL on one machine (notebook 11).
+
+A sampler that runs ahead of the trainer (:mod:`labkit.offpolicy.staleness`: the producer, the
+consumer and their queue, deterministic or overlapped in a thread), the correction of the stale
+samples it produces (:mod:`labkit.offpolicy.correction`: TIS, IcePop, decoupled PPO), and the
+admission choices of a sampler whose groups take different times (:mod:`labkit.offpolicy.
+admission`: discard stale groups or slow the sampler down, and partial rollouts).
+"""
+
+from labkit.offpolicy.correction import (
+    CORRECTIONS,
+    RATIO_QUANTILES,
+    OffPolicyTerms,
+    correct_batch,
+    offpolicy_metrics,
+    offpolicy_terms,
+)
+from labkit.offpolicy.staleness import (
+    ASYNC_MODES,
+    AheadSampler,
+    OverlappedSampler,
+    StampedBatch,
+    make_producer,
+)
+
+__all__ = ["ASYNC_MODES", "CORRECTIONS", "RATIO_QUANTILES", "AheadSampler", "OffPolicyTerms",
+           "OverlappedSampler", "StampedBatch", "correct_batch", "make_producer",
+           "offpolicy_metrics", "offpolicy_terms"]

@@ -1,0 +1,225 @@
+"""The producer and the consumer of an asynchronous trainer, in one process.
+
+Every async trainer is a sampler (the producer) that stamps each batch with the *policy version*
+that sampled it (the number of optimizer steps behind its weights: the trainer's ``step`` when it
+sampled) and a trainer (the consumer) that takes batches from a bounded queue. The staleness of a
+batch trained at step ``t`` is ``t - version``. ``max_staleness`` (k) bounds it; two modes
+(``async_mode``) run the same contract:
+
+* ``"deterministic"`` (:class:`AheadSampler`): the sampler runs k batches ahead, one process, one
+  thread: at step ``t`` the trainer consumes the batch sampled by the weights of step
+  ``max(0, t - k)`` (prime-rl's contract, its docs' ``async_level``: rollouts of step n come from
+  policy max(0, n - k)). The first step samples k + 1 batches with the initial weights, each
+  later step one. The sampling random stream is drawn in consumption order, so a seed gives the
+  same run every time; k = 0 is today's synchronous trainer, number for number.
+* ``"overlapped"`` (:class:`OverlappedSampler`): a real sampling thread beside the training
+  thread, with its own copy of the weights, refreshed from the weights the trainer publishes
+  after each update. The thread starts the batch of step ``s`` only once the published version
+  ``v`` satisfies ``s - v <= k`` (AReaL's admission rule with one batch per step:
+  ``(k + v + 1) * batch_size`` samples may exist), so no consumed batch is more than k steps old,
+  and it blocks when it is k batches ahead (the bounded queue). On a CPU each thread runs torch
+  ops on one core (set ``torch.set_num_threads(1)``: ops release the GIL, so two Python threads
+  use two cores). The thread's timing decides which version samples which batch, so an
+  overlapped run is **not** bit-reproducible; ``queue_wait`` logs the seconds the trainer waited
+  for the sampler. k = 0 makes it synchronous (the sampler waits for every update).
+
+The trainer asks :func:`make_producer` for the mode's producer, takes each step's batch with
+``producer.next(trainer)`` (a :class:`StampedBatch`) and closes it at the end of training.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+
+import torch
+
+from labkit.config.rules import config_rule
+from labkit.temperature import temperature_at
+
+#: ``async_mode`` values.
+ASYNC_MODES = ("deterministic", "overlapped")
+
+
+@dataclass
+class StampedBatch:
+    """A scored batch with the stamp of the policy that sampled it."""
+
+    batch: object
+    """the :class:`labkit.experience.Experience` of the step"""
+    row: dict
+    """its sampling metrics (:meth:`labkit.trainer.Trainer.sample_and_score`)"""
+    version: int
+    """the trainer step whose weights sampled it (0 = the initial weights)"""
+    temperature: float
+    """the sampling temperature (the update recomputes log-probs at the same one)"""
+    wait: float = 0.0
+    """seconds the trainer waited for it (overlapped mode)"""
+
+
+class AheadSampler:
+    """Deterministic mode: sample k batches ahead of the trainer (module docstring)."""
+
+    def __init__(self, max_staleness: int):
+        self.max_staleness = max_staleness
+        self.queue: deque[StampedBatch] = deque()
+
+    def next(self, trainer) -> StampedBatch:
+        """The batch of this step: fill the queue to k + 1 with the current weights, pop the
+        oldest."""
+        while len(self.queue) <= self.max_staleness:
+            batch, row = trainer.sample_and_score()
+            self.queue.append(StampedBatch(batch, row, trainer.step, trainer.temperature))
+        stamped = self.queue.popleft()
+        return replace(stamped, row=dict(stamped.row))  # a retried step starts from a clean row
+
+    def snapshot(self):
+        """The queue as it is (a step that fails before its update puts it back)."""
+        return tuple(self.queue)
+
+    def restore(self, state) -> None:
+        self.queue = deque(state)
+
+    def close(self) -> None:
+        pass  # the queue stays: another train() call goes on with it
+
+
+class _SamplerView:
+    """What the sampling code reads of a trainer, with the sampler thread's own weights: the
+    thread samples through :meth:`labkit.trainer.Trainer.sample_and_score` with this in place of
+    the trainer, so both modes run the same sampling code."""
+
+    def __init__(self, trainer, model):
+        self._trainer = trainer
+        self.model, self.sampling_model = model, None
+        self.temperature = trainer.temperature
+
+    def __getattr__(self, name):  # config, tokenizer, datasets, rewards, generator, sampler...
+        method = getattr(type(self._trainer), name, None)
+        if callable(method) and not isinstance(method, type):
+            return method.__get__(self)  # a trainer method runs on the view's model
+        return getattr(self._trainer, name)
+
+
+class OverlappedSampler:
+    """Overlapped mode: a sampling thread beside the training thread (module docstring)."""
+
+    def __init__(self, trainer, max_staleness: int):
+        self.max_staleness = max_staleness
+        source = trainer.sampling_model if trainer.sampling_model is not None else trainer.model
+        self._published = copy.deepcopy(source).eval().requires_grad_(False)
+        self._view = _SamplerView(trainer, copy.deepcopy(self._published))
+        self._sample = type(trainer).sample_and_score
+        self._decoding = trainer.decoding
+        self._ready: deque[StampedBatch] = deque()
+        self._condition = threading.Condition()
+        self._version = trainer.step
+        self._started = trainer.step  # batches started so far (the next one is for this step)
+        self._stop = False
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    # ---- the training thread -----------------------------------------------------------------
+    def publish(self, trainer) -> None:
+        """Copy the trainer's current weights to where the sampler thread reads them."""
+        with self._condition:
+            if trainer.step == self._version:
+                return
+            with torch.no_grad():
+                for published, weight in zip(self._published.parameters(),
+                                             trainer.model.parameters(), strict=True):
+                    published.copy_(weight)
+            self._version = trainer.step
+            self._condition.notify_all()
+
+    def next(self, trainer) -> StampedBatch:
+        """Publish this step's weights, then wait for the oldest sampled batch."""
+        self.publish(trainer)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, args=(trainer,), daemon=True,
+                                            name="labkit-sampler")
+            self._thread.start()
+        tic = time.perf_counter()
+        with self._condition:
+            while not self._ready and self._error is None:
+                self._condition.wait(timeout=1.0)
+            if self._error is not None:
+                raise RuntimeError("the sampling thread failed") from self._error
+            stamped = self._ready.popleft()
+            self._condition.notify_all()
+        stamped.wait = time.perf_counter() - tic
+        stamped.row["queue_wait"] = stamped.wait
+        return stamped
+
+    def snapshot(self):
+        return None  # the thread's random draws cannot be taken back
+
+    def restore(self, state) -> None:
+        pass
+
+    def close(self) -> None:
+        with self._condition:
+            self._stop = True
+            self._condition.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        self._thread, self._stop = None, False  # another train() call starts a new thread
+
+    # ---- the sampling thread -----------------------------------------------------------------
+    def _admitted(self) -> bool:
+        """May the batch of step ``_started`` start now? Its staleness at consumption would be
+        ``_started - version``, and at most k + 1 batches wait (k queued, one being trained)."""
+        return (self._started - self._version <= self.max_staleness
+                and len(self._ready) <= self.max_staleness)
+
+    def _run(self, trainer) -> None:
+        cfg, view = trainer.config, self._view
+        try:
+            while True:
+                with self._condition:
+                    while not self._stop and not self._admitted():
+                        self._condition.wait(timeout=1.0)
+                    if self._stop:
+                        return
+                    with torch.no_grad():
+                        for own, published in zip(view.model.parameters(),
+                                                  self._published.parameters(), strict=True):
+                            own.copy_(published)
+                    version = self._version
+                view.temperature = temperature_at(version, cfg.max_steps, cfg.temperature,
+                                                  cfg.temperature_final,
+                                                  cfg.temperature_schedule)
+                with self._decoding():
+                    batch, row = self._sample(view)
+                with self._condition:
+                    self._ready.append(StampedBatch(batch, row, version, view.temperature))
+                    self._started += 1
+                    self._condition.notify_all()
+        except BaseException as error:  # handed to the training thread, which raises it
+            with self._condition:
+                self._error = error
+                self._condition.notify_all()
+
+
+def make_producer(trainer):
+    """The producer of ``trainer.config.async_mode`` with ``max_staleness``."""
+    cfg = trainer.config
+    if cfg.async_mode == "overlapped":
+        return OverlappedSampler(trainer, cfg.max_staleness)
+    return AheadSampler(cfg.max_staleness)
+
+
+@config_rule
+def _check_overlapped(config):
+    if config.async_mode == "overlapped" and (config.save_every or config.resume_from):
+        raise ValueError("async_mode='overlapped' is not reproducible (the sampling thread's "
+                         "timing decides which weights sample each batch) and its queue is not "
+                         "saved: a checkpoint could not resume the same run. Use "
+                         "async_mode='deterministic' with save_every/resume_from, or save_every=0 "
+                         "and resume_from=None")
+
+
+__all__ = ["ASYNC_MODES", "AheadSampler", "OverlappedSampler", "StampedBatch", "make_producer"]

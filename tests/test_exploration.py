@@ -10,7 +10,7 @@ import torch
 
 from labkit.config import TrainConfig
 from labkit.losses import focal_weight, mis_ratio
-from labkit.reference import mix_reference
+from labkit.reference import mix_reference, move_reference
 from labkit.rewards.diversity import dra_weights, ngram_embeddings
 from labkit.temperature import temperature_at
 from labkit.token_filters import (
@@ -140,3 +140,25 @@ def test_mix_reference_moves_the_reference_by_alpha():
         torch.testing.assert_close(value, 0.6 * policy.state_dict()[name] + 0.4 * before[name])
     mix_reference(policy, ref, 1.0)
     assert all(torch.equal(v, policy.state_dict()[k]) for k, v in ref.state_dict().items())
+
+
+def test_move_reference_returns_the_step_count_and_changes_no_counter_of_its_own():
+    """The caller keeps the optimizer-step count (a checkpoint saves it): move_reference takes
+    it and returns the new one; TR-DPO syncs each time it crosses a multiple of
+    ref_model_sync_steps, ProRL resets every ref_reset_every steps."""
+    config = TrainConfig(beta=0.04, sync_ref_model=True, ref_model_sync_steps=3,
+                         ref_model_mixup_alpha=1.0, num_mini_batches=2, ref_reset_every=0)
+    policy, ref = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
+    count, events = move_reference(config, 0, 0, policy, ref, optimizer)
+    assert (count, events) == (2, {})  # 2 optimizer steps a step, 3 not reached
+    assert not torch.equal(ref.weight, policy.weight)
+    count, events = move_reference(config, 1, count, policy, ref, optimizer)
+    assert (count, events) == (4, {"ref_sync": 1})  # crossed 3: alpha = 1 copies the policy
+    assert all(torch.equal(v, policy.state_dict()[k]) for k, v in ref.state_dict().items())
+    reset = TrainConfig(beta=0.04, ref_reset_every=2)
+    with torch.no_grad():
+        policy.weight.add_(1.0)
+    assert move_reference(reset, 0, 7, policy, ref, optimizer) == (7, {})  # no sync: unchanged
+    assert move_reference(reset, 1, 7, policy, ref, optimizer) == (7, {"ref_reset": 1})
+    assert torch.equal(ref.weight, policy.weight)

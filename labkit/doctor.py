@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .config import TrainConfig, inert_clip_higher_message
+from labkit.config.train_config import TrainConfig, inert_clip_higher_message
 
 __all__ = ["CHECKS", "Check", "Finding", "RunDoctor", "diagnose", "troubleshooting_table"]
 

@@ -58,8 +58,8 @@ from labkit.agents import named_environment
 from labkit.agents.guessing import FAMILY as GUESSING_FAMILY
 from labkit.agents.guessing import guessing_dataset
 from labkit.config import PRESETS, preset
+from labkit.config.fields import int_at_least
 from labkit.engine.run_control import terminate_as_interrupt
-from labkit.fields import int_at_least
 from labkit.rewards import ENVIRONMENT_REWARDS, NAMED_REWARDS, named_reward
 from labkit.rewards.environment import check_environment_rewards
 from labkit.tasks import DIFFICULTIES, FAMILIES, load_split

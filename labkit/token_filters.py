@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from labkit.rules import config_rule
+from labkit.config.rules import config_rule
 
 #: ``cov_penalty`` values (verl's loss-mode names).
 COV_PENALTIES = ("clip_cov", "kl_cov")

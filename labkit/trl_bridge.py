@@ -85,14 +85,14 @@ import pandas as pd
 import torch
 
 from labkit.config import TrainConfig
-from labkit.fields import int_at_least
+from labkit.config.fields import int_at_least
 from labkit.losses import LOCAL_AGGREGATIONS, LOSS_REGISTRY, get_loss_type
 
 
 # ---- the tables ----------------------------------------------------------------------------------
 class _WithSettings(Mapping):
     """One of the bridge's field tables: the entries written below, plus those that the loss
-    types' own settings (:class:`labkit.fields.Setting`) classify themselves, read from the loss
+    types' own settings (:class:`labkit.config.fields.Setting`) classify themselves, read from the loss
     registry at each use, so a loss registered later is classified by its registration."""
 
     def __init__(self, written: dict, derive):

@@ -23,7 +23,7 @@ from labkit.advantages import (
 )
 from labkit.catalog import catalog_frame
 from labkit.config import FIELD_DOCS, TrainConfig, preset
-from labkit.fields import Setting, between
+from labkit.config.fields import Setting, between
 from labkit.losses import (
     LOSS_REGISTRY,
     get_loss_type,
@@ -130,7 +130,7 @@ TOY_MODULE = """
     import math
 
     from labkit.advantages import Advantages, group_rows, register_advantage_estimator
-    from labkit.fields import Setting, between
+    from labkit.config.fields import Setting, between
     from labkit.losses import register_policy_loss
 
 

@@ -20,8 +20,8 @@ import pytest
 import torch
 from text_rewards import length_reward
 
-from labkit import config as config_module
 from labkit.config import TrainConfig, preset
+from labkit.config import train_config as config_module
 from labkit.engine.checkpoint import CheckpointError, load_checkpoint, load_state
 from labkit.engine.run_control import guarded_optimizer_step
 from labkit.losses import AGGREGATIONS, aggregate, clipped_surrogate, entropy_bonus, policy_loss

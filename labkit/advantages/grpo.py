@@ -10,7 +10,7 @@ import torch
 
 from labkit.advantages.groups import as_float, centre, group_rows, group_std
 from labkit.advantages.registry import AdvantageInputs, Advantages, register_advantage_estimator
-from labkit.rules import config_rule
+from labkit.config.rules import config_rule
 
 #: ``scale_rewards`` values (TRL's names): the advantage denominator.
 SCALE_REWARDS = ("group", "batch", "none")

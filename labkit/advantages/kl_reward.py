@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from labkit.advantages.groups import as_float, check_mask
-from labkit.rules import config_rule
+from labkit.config.rules import config_rule
 
 
 def outcome_to_token_rewards(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

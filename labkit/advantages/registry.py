@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from labkit.registry import Registry
+from labkit.config.registry import Registry
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from labkit.fields import Setting, between
+from labkit.config.fields import Setting, between
 from labkit.losses.registry import SurrogateInputs, register_policy_loss
 from labkit.losses.validation import LOG_RATIO_LIMIT
 

@@ -12,7 +12,7 @@ rule next to its code and registers it here::
 
 A rule reads fields of the config it is given and raises ``ValueError`` saying what to fix; it
 must not change the config. ``TrainConfig`` runs every registered rule on construction and on
-every assignment (:mod:`labkit.methods` imports the method modules, so their rules are
+every assignment (:mod:`labkit.config.methods` imports the method modules, so their rules are
 registered before any config exists).
 """
 

@@ -1,5 +1,5 @@
 """Validators of configuration fields, shared by :class:`labkit.config.TrainConfig` and the rules
-that method modules register (:mod:`labkit.rules`), and :class:`Setting`, the declaration of a
+that method modules register (:mod:`labkit.config.rules`), and :class:`Setting`, the declaration of a
 field by the method that owns it.
 
 Each validator takes the config and a field name, reads the value and raises ``ValueError``

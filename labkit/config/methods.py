@@ -1,7 +1,7 @@
 """Every module that registers a method: importing this module fills the registries.
 
 Loss types register in :mod:`labkit.losses` (one file each), advantage estimators in
-:mod:`labkit.advantages`, and the configuration rules of the other methods (:mod:`labkit.rules`) in
+:mod:`labkit.advantages`, and the configuration rules of the other methods (:mod:`labkit.config.rules`) in
 the modules below. :mod:`labkit.config` imports this module, so a config is never validated
 before every rule is known. A method module with a rule of its own joins the list here.
 """

@@ -14,9 +14,9 @@ import torch
 from labkit.advantages import ESTIMATOR_REGISTRY
 from labkit.config import TrainConfig, preset
 from labkit.losses import LOSS_REGISTRY, policy_loss
-from labkit.mismatch import mismatch_weights
 from labkit.offpolicy import correct_batch, offpolicy_metrics, offpolicy_terms
 from labkit.trainer import Trainer
+from labkit.tricks.mismatch import mismatch_weights
 
 SMALL = {"prompts_per_step": 4, "num_generations": 4, "max_completion_length": 16,
          "max_steps": 2, "progress": False}
@@ -112,7 +112,9 @@ def test_a_failed_step_puts_the_queue_back(base):
 
 
 @pytest.mark.parametrize("overrides", [
-    *({"loss_type": name, "num_mini_batches": 2} for name in LOSS_REGISTRY),
+    # every registered loss type (CISPO needs its absolute cap), off-policy within the step too
+    *({"loss_type": name, "num_mini_batches": 2,
+       **({"epsilon_high": 5.0} if name == "cispo" else {})} for name in LOSS_REGISTRY),
     *({"advantage_estimator": name} for name in ESTIMATOR_REGISTRY),
 ], ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
 def test_every_loss_and_estimator_trains_two_steps_stale(base, overrides):

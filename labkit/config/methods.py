@@ -11,6 +11,7 @@ from labkit import (  # noqa: F401 (imported for what they register)
     filters,
     lora,
     losses,
+    offpolicy,
     reference,
     temperature,
     token_filters,

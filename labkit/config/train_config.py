@@ -72,6 +72,8 @@ from labkit.losses.registry import LOSS_REGISTRY, all_options, option_owners
 from labkit.losses.registry import listen as listen_to_loss_types
 from labkit.mismatch import MODES as IMPORTANCE_SAMPLING_MODES
 from labkit.models import DTYPES
+from labkit.offpolicy import ASYNC_MODES
+from labkit.offpolicy import CORRECTIONS as OFFPOLICY_CORRECTIONS
 from labkit.prompt_sampling import PROMPT_SAMPLERS
 from labkit.rewards.diversity import DIVERSITY_SIMILARITIES
 from labkit.rewards.length import LENGTH_REWARDS
@@ -251,6 +253,25 @@ class TrainConfig:
     vllm_importance_sampling_clip_min: float | None = _ranged(
         None, between(0, math.inf, optional=True))
     """C_min of the correction (TRL default None = no lower bound)"""
+
+    # ---- asynchronous, off-policy training (labkit.offpolicy) ------------------------------------
+    max_staleness: int = _ranged(0, whole(0))
+    """k: the sampler runs up to k steps ahead of the trainer, so a step trains on a batch sampled
+    by the weights of step max(0, t - k) (prime-rl's max_off_policy_steps, AReaL's
+    max_head_offpolicyness, TRL AsyncGRPOTrainer's max_staleness); 0 = synchronous"""
+    async_mode: str = _ranged("deterministic", one_of(ASYNC_MODES))
+    """deterministic (one thread, the sampler exactly k batches ahead: reproducible) or overlapped
+    (a sampling thread beside the training thread, at most k steps stale; not reproducible)"""
+    offpolicy_correction: str = _ranged("none", one_of(OFFPOLICY_CORRECTIONS))
+    """stale batches: none (train as if on-policy), coupled (PPO's ratio against the behaviour
+    policy), tis (truncated behaviour weight), icepop (masked outside [floor, cap]) or decoupled
+    (AReaL's decoupled PPO, arXiv 2505.24298: weights above the cap masked) (labkit.offpolicy)"""
+    offpolicy_weight_cap: float | None = _ranged(
+        5.0, between(0, math.inf, low_open=True, optional=True))
+    """upper bound of the behaviour weight pi_prox / pi_behav (AReaL's and IcePop's 5.0; None =
+    unbounded)"""
+    offpolicy_weight_floor: float | None = _ranged(None, between(0, math.inf, optional=True))
+    """lower bound of the behaviour weight (tis, icepop; IcePop's 0.5); None = none"""
 
     # ---- tools and multi-turn episodes (labkit.agents; the trainer's environment_factory) --------
     max_tool_calling_iterations: int | None = _ranged(None, whole(1, optional=True))

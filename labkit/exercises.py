@@ -86,8 +86,11 @@ def random_policy_batch(generator: torch.Generator, batch_size: int = 4, max_len
     return _pick(values, keys)
 
 
+REWARD_KINDS = ("binary", "total", "normal")
+
+
 def random_group_rewards(generator: torch.Generator, num_prompts: int = 3,
-                         num_generations: int = 4, binary: bool = True, max_length: int = 64,
+                         num_generations: int = 4, kind: str = "binary", max_length: int = 64,
                          keys: Sequence[str] = ("rewards", "num_generations"),
                          ) -> dict[str, Any]:
     """Rewards of ``num_prompts`` groups of ``num_generations`` completions (groups consecutive).
@@ -95,15 +98,31 @@ def random_group_rewards(generator: torch.Generator, num_prompts: int = 3,
     ===================  =====  =============================================================
     key                  shape  content
     ===================  =====  =============================================================
-    ``rewards``          (N,)   float64; 0/1 when ``binary`` (some groups may be all equal,
-                                the edge case every estimator must handle), else N(0, 1)
+    ``rewards``          (N,)   float64, by ``kind``: ``"binary"`` 0/1 (a correctness reward;
+                                some groups may be all equal, the edge case every estimator
+                                must handle); ``"total"`` 0, 1 or 2, the lab's accuracy (0/1)
+                                plus format (0/1), with one group all equal; ``"normal"``
+                                N(0, 1)
     ``num_generations``  int    G
     ``lengths``          (N,)   response lengths in tokens, 1..``max_length`` (long)
     ===================  =====  =============================================================
+
+    ``"total"`` is the reward the lab's runs train on. A rule derived for 0/1 rewards (the
+    standard deviation sqrt(p(1-p)), or "some but not all right" as 0 < sum < G) gives a wrong
+    answer on its groups, e.g. [2, 2, 1, 1], where ``"binary"`` inputs would let it pass.
     """
+    if kind not in REWARD_KINDS:
+        raise ValueError(f"kind must be one of {REWARD_KINDS}, got {kind!r}")
     n = num_prompts * num_generations
-    if binary:
+    if kind == "binary":
         rewards = torch.randint(0, 2, (n,), generator=generator).to(torch.float64)
+    elif kind == "total":
+        accuracy = torch.rand(n, generator=generator, dtype=torch.float64) < 0.5
+        formatted = torch.rand(n, generator=generator, dtype=torch.float64) < 0.75
+        rewards = accuracy.to(torch.float64) + formatted.to(torch.float64)
+        equal = int(torch.randint(0, num_prompts, (), generator=generator))
+        group = slice(equal * num_generations, (equal + 1) * num_generations)
+        rewards[group] = float(rewards[group.start])
     else:
         rewards = torch.randn(n, generator=generator, dtype=torch.float64)
     values = {

@@ -113,11 +113,46 @@ def test_group_rewards_without_gradients_and_std_mistake(capsys):
         return ((g - g.mean(-1, keepdim=True)) / (g.std(-1, unbiased=False, keepdim=True)
                                                    + 1e-4)).reshape(-1)
 
-    inputs = partial(random_group_rewards, binary=False)
+    inputs = partial(random_group_rewards, kind="normal")
     assert check(group_advantages, group_advantages, inputs, check_grad=False)
     assert "(values)." in capsys.readouterr().out
     assert not check(population_std, group_advantages, inputs, check_grad=False)
     assert "values differ" in capsys.readouterr().out
+
+
+def test_total_rewards_refuse_the_binary_only_rules(capsys):
+    """Notebook 02's exercise 1 and notebook 04's exercise 3 check on the lab's total reward
+    (accuracy + format, 0 to 2): the rules that hold only for 0/1 rewards pass on binary groups
+    and are refused on these, on every checker seed tried (today's binary inputs passed both)."""
+    from labkit.tricks.filters import dynamic_sampling_mask
+
+    def binary_std(rewards, num_generations):   # std = sqrt(p (1 - p) G / (G - 1)): 0/1 only
+        g = rewards.view(-1, num_generations)
+        p = g.mean(-1, keepdim=True)
+        std = (p * (1 - p) * num_generations / (num_generations - 1)).sqrt()
+        return ((g - p) / (std + 1e-4)).reshape(-1)
+
+    def count_rule(rewards, num_generations):   # "some but not all right": 0 < sum(r) < G
+        total = rewards.view(-1, num_generations).sum(-1)
+        return (total > 0) & (total < num_generations)
+
+    cases = ((binary_std, group_advantages, ("rewards", "num_generations"), False),
+             (count_rule, dynamic_sampling_mask, ("rewards", "num_generations"), True))
+    for wrong, reference, keys, grad in cases:
+        for kind, accepted in (("binary", True), ("total", False)):
+            inputs = partial(random_group_rewards, kind=kind, keys=keys)
+            for seed in range(10):
+                assert check_function(wrong, reference, inputs, check_grad=grad,
+                                      seed=seed) is accepted, (wrong.__name__, kind, seed)
+                assert check_function(reference, reference, inputs, check_grad=grad, seed=seed)
+    capsys.readouterr()
+    groups = random_group_rewards(torch.Generator().manual_seed(0), num_prompts=50,
+                                  kind="total")["rewards"].view(50, 4)
+    assert set(groups.flatten().tolist()) == {0.0, 1.0, 2.0}
+    assert (groups.amax(-1) == groups.amin(-1)).any(), "the all-equal edge case is there"
+    with pytest.raises(ValueError, match=r"kind must be one of \('binary', 'total', 'normal'\), "
+                                         r"got 'ternary'"):
+        random_group_rewards(torch.Generator(), kind="ternary")
 
 
 def test_tuple_outputs_are_compared_element_by_element(capsys):
@@ -159,8 +194,8 @@ def test_integer_and_boolean_functions_do_not_claim_gradients(capsys):
     """Integer lengths in, or a boolean mask out: no gradient flows, so the message says values
     only (it used to say "values and gradients" for DAPO's overlong penalty and the dynamic-
     sampling mask of notebook 04)."""
-    from labkit.filters import dynamic_sampling_mask
     from labkit.rewards.shaping import overlong_penalty
+    from labkit.tricks.filters import dynamic_sampling_mask
 
     def lengths(generator):
         return {"lengths": torch.randint(0, 40, (16,), generator=generator),

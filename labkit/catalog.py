@@ -245,7 +245,7 @@ _NB = {
     "agents": "notebooks/10_agents.ipynb",
 }
 
-_A, _F, _L, _S = "labkit.advantages.", "labkit.filters.", "labkit.losses.", "labkit.rewards.shaping."
+_A, _F, _L, _S = "labkit.advantages.", "labkit.tricks.filters.", "labkit.losses.", "labkit.rewards.shaping."
 _TA, _TF, _TL, _TK = (
     "tests/test_advantages.py::",
     "tests/test_filters.py::",
@@ -255,7 +255,7 @@ _TA, _TF, _TL, _TK = (
 _TRL = "tests/test_trl_crosscheck.py::"
 _TS = "tests/test_switches.py::"
 _TE = "tests/test_exploration.py::"
-_PS, _TPS = "labkit.prompt_sampling.", "tests/test_prompt_sampling.py::"
+_PS, _TPS = "labkit.tricks.prompt_sampling.", "tests/test_prompt_sampling.py::"
 _LC, _TLC = "labkit.rewards.length.", "tests/test_length_control.py::"
 _TM = "tests/test_mismatch.py::"
 
@@ -406,7 +406,7 @@ CATALOG: tuple[Method, ...] = (
         _K2,
         id="kimi-temperature-decay",
         changes="temperature",
-        functions=("labkit.temperature.temperature_at",),
+        functions=("labkit.tricks.temperature.temperature_at",),
         config={"temperature": 1.2, "temperature_schedule": "cosine", "temperature_final": 0.8},
         notebook=_NB["exploration"],
         tests=(_TE + "test_temperature_schedules_start_end_and_never_rise",
@@ -428,7 +428,7 @@ CATALOG: tuple[Method, ...] = (
         _PRORL,
         id="prorl-ref-reset",
         changes="reference",
-        functions=("labkit.reference.reset_reference",),
+        functions=("labkit.tricks.reference.reset_reference",),
         config={"beta": 0.04, "ref_reset_every": 40},
         notebook=_NB["exploration"],
         tests=(_TS + "test_reference_reset_has_prorls_properties",
@@ -747,7 +747,7 @@ CATALOG: tuple[Method, ...] = (
         _K2,
         id="kimi-ptx-loss",
         changes="loss",
-        functions=("labkit.ptx.ptx_nll", "labkit.ptx.PTXData"),
+        functions=("labkit.tricks.ptx.ptx_nll", "labkit.tricks.ptx.PTXData"),
         config={"ptx_coef": 0.2, "ptx_batch_size": 8},
         notebook=_NB["rewards"],
         tests=("tests/test_ptx.py::test_gradient_is_rl_plus_coef_times_sft",
@@ -794,7 +794,7 @@ CATALOG: tuple[Method, ...] = (
         _FORKING,
         id="top-entropy-tokens",
         changes="loss",
-        functions=("labkit.token_filters.top_entropy_mask",),
+        functions=("labkit.tricks.token_filters.top_entropy_mask",),
         config={"top_entropy_quantile": 0.2},
         notebook=_NB["exploration"],
         tests=(_TE + "test_top_entropy_mask_keeps_the_top_share",
@@ -806,7 +806,7 @@ CATALOG: tuple[Method, ...] = (
         _ENTROPY,
         id="clip-cov",
         changes="clip",
-        functions=("labkit.token_filters.covariance", "labkit.token_filters.clip_cov_mask"),
+        functions=("labkit.tricks.token_filters.covariance", "labkit.tricks.token_filters.clip_cov_mask"),
         config={"cov_penalty": "clip_cov"},
         notebook=_NB["exploration"],
         tests=(_TE + "test_clip_cov_picks_candidates_in_the_band",
@@ -816,7 +816,7 @@ CATALOG: tuple[Method, ...] = (
         _ENTROPY,
         id="kl-cov",
         changes="loss",
-        functions=("labkit.token_filters.covariance", "labkit.token_filters.kl_cov_mask"),
+        functions=("labkit.tricks.token_filters.covariance", "labkit.tricks.token_filters.kl_cov_mask"),
         config={"cov_penalty": "kl_cov", "num_mini_batches": 2},
         notebook=_NB["exploration"],
         tests=(_TE + "test_kl_cov_picks_the_largest_covariances", _TS + "test_cov_penalties_train"),
@@ -826,7 +826,7 @@ CATALOG: tuple[Method, ...] = (
         _TRDPO,
         id="trdpo-ref-sync",
         changes="reference",
-        functions=("labkit.reference.mix_reference",),
+        functions=("labkit.tricks.reference.mix_reference",),
         config={"beta": 0.04, "sync_ref_model": True, "ref_model_sync_steps": 20},
         notebook=_NB["exploration"],
         tests=(_TE + "test_mix_reference_moves_the_reference_by_alpha",
@@ -837,7 +837,7 @@ CATALOG: tuple[Method, ...] = (
         _TIS,
         id="tis-mismatch",
         changes="ratio",
-        functions=("labkit.mismatch.mismatch_weights", "labkit.mismatch.mismatch_metrics"),
+        functions=("labkit.tricks.mismatch.mismatch_weights", "labkit.tricks.mismatch.mismatch_metrics"),
         config={"sampling_dtype": "bfloat16", "vllm_importance_sampling_correction": True,
                 "vllm_importance_sampling_mode": "token_truncate",
                 "vllm_importance_sampling_clip_max": 2.0,

@@ -60,7 +60,7 @@ class Experience:
     demonstrations: torch.Tensor | None = None
     token_weights: torch.Tensor | None = None
     is_weights: torch.Tensor | None = None
-    """(B, L) sampler/trainer mismatch weights (:mod:`labkit.mismatch`), when corrected"""
+    """(B, L) sampler/trainer mismatch weights (:mod:`labkit.tricks.mismatch`), when corrected"""
     action_mask: torch.Tensor | None = None
     """(B, L) multi-turn episodes: 1 on tokens the policy sampled, 0 on the environment's
     (:mod:`labkit.agents.episodes`); None when the policy wrote every completion token"""

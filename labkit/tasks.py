@@ -64,7 +64,7 @@ TRAIN_SIZE = 2000
 EVAL_PER_CELL = 10  # eval rows per family x difficulty
 DEFAULT_STYLE_WEIGHTS = {"direct": 0.4, "worked": 0.4, "verbose": 0.2}
 #: The style mix the shipped tiny Qwen was warm-started on (``python -m labkit.build_tiny``), which
-#: the PTX loss replays (:mod:`labkit.ptx`).
+#: the PTX loss replays (:mod:`labkit.tricks.ptx`).
 WARM_START_STYLE_WEIGHTS = {"direct": 0.45, "worked": 0.4, "verbose": 0.15}
 
 # countdown: (how many numbers, smallest, largest, largest allowed target) per difficulty

@@ -13,12 +13,12 @@ same way:
 3. **score forwards** without gradient (:func:`labkit.engine.forward.score_forwards`), only
    those the configuration needs: the behaviour
    policy's log-probs when the update is off-policy (``num_iterations > 1`` or several
-   mini-batches) or when the sampler/trainer mismatch is corrected (:mod:`labkit.mismatch`,
+   mini-batches) or when the sampler/trainer mismatch is corrected (:mod:`labkit.tricks.mismatch`,
    ``sampling_dtype``), the frozen reference's when ``beta != 0`` (with LoRA, the policy with
    its adapters disabled: :mod:`labkit.lora`), the critic's values for PPO;
 4. **advantages**: the registered estimator (:data:`labkit.advantages.ESTIMATOR_REGISTRY`: GRPO,
    GDPO, RLOO, ReMax, OPO, or GAE with the critic), or GFPO's filtered groups
-   (:mod:`labkit.filters`);
+   (:mod:`labkit.tricks.filters`);
 5. **update**: ``num_iterations`` passes, each split into ``num_mini_batches`` optimizer steps,
    each accumulated over micro-batches. The loss is :func:`labkit.losses.policy_loss` of the
    registered ``loss_type`` (plus ``vf_coef`` times :func:`labkit.losses.value_loss` for PPO)
@@ -101,7 +101,6 @@ from labkit.engine.setup import (
 )
 from labkit.evaluate import eval_metrics, evaluate
 from labkit.experience import Experience
-from labkit.filters import AdaptiveGFPO, dynamic_sampling_mask, gfpo_advantages, gfpo_filter
 from labkit.lora import wrap_with_lora
 from labkit.losses import (
     LOCAL_AGGREGATIONS,
@@ -115,13 +114,14 @@ from labkit.losses import (
 from labkit.metrics import METRICS, TIMING_COLUMNS, StepStats
 from labkit.models import ValueModel
 from labkit.offpolicy import correct_batch, make_producer
-from labkit.prompt_sampling import make_sampler
-from labkit.ptx import PTXData, ptx_nll
-from labkit.reference import StallTrigger, move_reference, reset_reference
 from labkit.rewards import accuracy_reward
 from labkit.rewards.environment import check_environment_rewards
-from labkit.temperature import temperature_at
-from labkit.token_filters import token_filters, top_entropy_mask
+from labkit.tricks.filters import AdaptiveGFPO, dynamic_sampling_mask, gfpo_advantages, gfpo_filter
+from labkit.tricks.prompt_sampling import make_sampler
+from labkit.tricks.ptx import PTXData, ptx_nll
+from labkit.tricks.reference import StallTrigger, move_reference, reset_reference
+from labkit.tricks.temperature import temperature_at
+from labkit.tricks.token_filters import token_filters, top_entropy_mask
 
 
 @dataclass
@@ -554,7 +554,7 @@ class Trainer:
         return True
 
     def accumulate_ptx_gradients(self, examples, stats: StepStats | None = None) -> bool:
-        """Backward ``ptx_coef`` x the token-mean NLL of ``examples`` (:func:`labkit.ptx.ptx_nll`)
+        """Backward ``ptx_coef`` x the token-mean NLL of ``examples`` (:func:`labkit.tricks.ptx.ptx_nll`)
         into ``.grad``, on top of the RL gradient of the same optimizer step (InstructGPT's
         PPO-ptx, arXiv 2203.02155 eq. 2). Logs ``ptx_loss``; returns False if it is not finite."""
         nll = ptx_nll(self.model, self.tokenizer, examples)

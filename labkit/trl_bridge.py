@@ -291,7 +291,7 @@ LAB_ONLY = _WithSettings({
         "2507.20534); mix SFT data in with a second trainer or a custom loss")),
     "prompt_sampler": ("uniform", (
         "TRL draws prompts uniformly (its RepeatSampler); the lab's curriculum, prioritized and "
-        "multi-task samplers (labkit.prompt_sampling) have no GRPOConfig setting: order or "
+        "multi-task samplers (labkit.tricks.prompt_sampling) have no GRPOConfig setting: order or "
         "weight the dataset yourself")),
     "sampling_dtype": (None, (
         "the lab's stand-in for an inference engine (a sampler in another dtype); TRL samples "

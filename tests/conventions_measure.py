@@ -69,7 +69,7 @@ from labkit.losses import (
     token_log_ratio,
     value_loss,
 )
-from labkit.token_filters import token_filters
+from labkit.tricks.token_filters import token_filters
 
 VERL_VERSION = "0.9.1"
 REPO = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Notebook 07's methods (labkit.temperature, labkit.reference, labkit.token_filters,
+"""Notebook 07's methods (labkit.tricks.temperature, labkit.tricks.reference, labkit.tricks.token_filters,
 labkit.rewards.diversity, RL-PLUS's weights): the checkable properties of each, with the papers'
 own examples."""
 
@@ -10,10 +10,10 @@ import torch
 
 from labkit.config import TrainConfig
 from labkit.losses import focal_weight, mis_ratio
-from labkit.reference import mix_reference, move_reference
 from labkit.rewards.diversity import dra_weights, ngram_embeddings
-from labkit.temperature import temperature_at
-from labkit.token_filters import (
+from labkit.tricks.reference import mix_reference, move_reference
+from labkit.tricks.temperature import temperature_at
+from labkit.tricks.token_filters import (
     clip_cov_mask,
     covariance,
     kl_cov_mask,

@@ -1,10 +1,10 @@
-"""labkit.filters: DAPO dynamic sampling (arXiv 2503.14476) and GFPO (arXiv 2508.09726)."""
+"""labkit.tricks.filters: DAPO dynamic sampling (arXiv 2503.14476) and GFPO (arXiv 2508.09726)."""
 
 import pytest
 import torch
 
 from labkit.advantages import group_advantages
-from labkit.filters import (
+from labkit.tricks.filters import (
     adaptive_num_remains,
     difficulty_quartiles,
     dynamic_sampling_mask,

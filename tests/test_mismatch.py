@@ -1,4 +1,4 @@
-"""The sampler/trainer mismatch correction (labkit.mismatch): TRL 1.16's four
+"""The sampler/trainer mismatch correction (labkit.tricks.mismatch): TRL 1.16's four
 ``vllm_importance_sampling_mode`` values, checked on hand-made tensors and against a
 transcription of TRL's code, and a short trainer run whose sampler is a bfloat16 copy."""
 
@@ -9,10 +9,10 @@ import torch
 
 from labkit.config import TrainConfig, preset
 from labkit.engine.sampling import synced_sampling_model
-from labkit.mismatch import MODES, mismatch_metrics, mismatch_weights
 from labkit.models import TINY_MODEL_DIR, load_policy
 from labkit.tasks import load_split
 from labkit.trainer import Trainer
+from labkit.tricks.mismatch import MODES, mismatch_metrics, mismatch_weights
 
 MASK = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.bool)
 

@@ -1,4 +1,4 @@
-"""labkit.prompt_sampling: curriculum, prioritized and multi-task samplers, and the trainer's
+"""labkit.tricks.prompt_sampling: curriculum, prioritized and multi-task samplers, and the trainer's
 feedback to them."""
 
 import copy
@@ -9,7 +9,9 @@ import torch
 
 from labkit.config import preset
 from labkit.models import build_char_tokenizer, tiny_qwen_config
-from labkit.prompt_sampling import (
+from labkit.tasks import load_split
+from labkit.trainer import Trainer
+from labkit.tricks.prompt_sampling import (
     CurriculumSampler,
     MultiTaskSampler,
     PrioritizedSampler,
@@ -17,8 +19,6 @@ from labkit.prompt_sampling import (
     iwu_step,
     make_sampler,
 )
-from labkit.tasks import load_split
-from labkit.trainer import Trainer
 
 
 def test_uniform_passes_cover_every_prompt_once_per_epoch():

@@ -9,10 +9,10 @@ import torch
 
 from labkit.config import TrainConfig, preset
 from labkit.models import load_policy
-from labkit.ptx import PTXData, ptx_nll
 from labkit.sft import encode_sft
 from labkit.tasks import medium_cells
 from labkit.trainer import Trainer
+from labkit.tricks.ptx import PTXData, ptx_nll
 
 
 @pytest.fixture(scope="module")

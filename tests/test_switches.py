@@ -16,8 +16,8 @@ from labkit.engine.forward import completion_logprobs
 from labkit.losses import LOSS_REGISTRY
 from labkit.rewards.length import length_shaped_rewards
 from labkit.tasks import load_split
-from labkit.temperature import temperature_at
 from labkit.trainer import Trainer
+from labkit.tricks.temperature import temperature_at
 
 SMALL = {"prompts_per_step": 4, "num_generations": 4, "max_completion_length": 16,
          "max_steps": 2, "progress": False}

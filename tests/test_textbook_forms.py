@@ -8,7 +8,8 @@ import textwrap
 import pytest
 import torch
 
-from labkit import advantages, filters, logprobs, losses
+from labkit import advantages, logprobs, losses
+from labkit.tricks import filters
 
 G = 4
 

@@ -16,8 +16,8 @@ from matplotlib.figure import Figure
 
 from labkit import viz, widgets
 from labkit.advantages import group_advantages, rloo_advantages
-from labkit.filters import gfpo_advantages, gfpo_filter
 from labkit.rewards.shaping import overlong_penalty
+from labkit.tricks.filters import gfpo_advantages, gfpo_filter
 
 matplotlib.use("Agg")
 
@@ -592,7 +592,7 @@ def test_token_temperature_figure_draws_labkit_probabilities_and_entropy_curve()
 
 
 def test_temperature_schedules_draw_labkit_temperature_at():
-    from labkit.temperature import temperature_at
+    from labkit.tricks.temperature import temperature_at
 
     fig = viz.plot_temperature_schedules(total_steps=50, start=1.2, final=0.8)
     try:

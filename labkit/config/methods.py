@@ -8,12 +8,14 @@ before every rule is known. A method module with a rule of its own joins the lis
 
 from labkit import (  # noqa: F401 (imported for what they register)
     advantages,
-    filters,
     lora,
     losses,
     offpolicy,
+)
+from labkit.rewards import length  # noqa: F401
+from labkit.tricks import (  # noqa: F401
+    filters,
     reference,
     temperature,
     token_filters,
 )
-from labkit.rewards import length  # noqa: F401

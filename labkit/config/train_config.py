@@ -20,7 +20,7 @@ raises and leaves the old value): a bad value raises ``ValueError`` naming the f
 allowed range, an impossible combination raises one that says how to fix it, and a misspelt field
 raises ``AttributeError``. The option lists come from the modules that implement them (one source
 each): ``loss_type`` from :mod:`labkit.losses`, ``scale_rewards`` from :mod:`labkit.advantages`,
-``gfpo_metric`` from :mod:`labkit.filters`, ``dtype`` from :mod:`labkit.models`.
+``gfpo_metric`` from :mod:`labkit.tricks.filters`, ``dtype`` from :mod:`labkit.models`.
 
 The method presets are in :mod:`labkit.config.presets`.
 """
@@ -61,7 +61,6 @@ from labkit.config.fields import (
 )
 from labkit.config.rules import config_rules
 from labkit.decode import DECODE_PATHS
-from labkit.filters import GFPO_METRICS
 from labkit.losses import (
     IMPORTANCE_SAMPLING_LEVELS,
     KL_ESTIMATORS,
@@ -70,15 +69,16 @@ from labkit.losses import (
 )
 from labkit.losses.registry import LOSS_REGISTRY, all_options, option_owners
 from labkit.losses.registry import listen as listen_to_loss_types
-from labkit.mismatch import MODES as IMPORTANCE_SAMPLING_MODES
 from labkit.models import DTYPES
 from labkit.offpolicy import ASYNC_MODES
 from labkit.offpolicy import CORRECTIONS as OFFPOLICY_CORRECTIONS
-from labkit.prompt_sampling import PROMPT_SAMPLERS
 from labkit.rewards.diversity import DIVERSITY_SIMILARITIES
 from labkit.rewards.length import LENGTH_REWARDS
-from labkit.temperature import TEMPERATURE_SCHEDULES
-from labkit.token_filters import COV_PENALTIES
+from labkit.tricks.filters import GFPO_METRICS
+from labkit.tricks.mismatch import MODES as IMPORTANCE_SAMPLING_MODES
+from labkit.tricks.prompt_sampling import PROMPT_SAMPLERS
+from labkit.tricks.temperature import TEMPERATURE_SCHEDULES
+from labkit.tricks.token_filters import COV_PENALTIES
 
 #: ``sampling_dtype`` values: the precision of a sampler that differs from the trainer.
 SAMPLING_DTYPES = ("bfloat16", "float32")
@@ -243,7 +243,7 @@ class TrainConfig:
     adapters is never captured (they can be switched per call); no effect off CUDA"""
     vllm_importance_sampling_correction: bool = _ranged(False, boolean)
     """weight each token's policy loss by the bounded ratio pi_trainer / pi_sampler
-    (labkit.mismatch; Yao et al. 2025, TRL's name; TRL turns it on by default with vLLM)"""
+    (labkit.tricks.mismatch; Yao et al. 2025, TRL's name; TRL turns it on by default with vLLM)"""
     vllm_importance_sampling_mode: str = _ranged("sequence_mask", one_of(IMPORTANCE_SAMPLING_MODES))
     """token_truncate, token_mask, sequence_truncate or sequence_mask: ratio per token or per
     sequence, clipped to [clip_min, clip_max] (truncate) or zeroed outside it (mask) (TRL)"""
@@ -380,7 +380,7 @@ class TrainConfig:
     ptx_coef: float = _ranged(0.0, between(0, math.inf))
     """gamma of the PTX loss (Kimi K2, arXiv 2507.20534 section 3.2.3; InstructGPT's form, arXiv
     2203.02155 eq. 2): loss += ptx_coef * token-mean NLL of ptx_batch_size warm-start examples
-    each optimizer step (labkit.ptx); 0 = off"""
+    each optimizer step (labkit.tricks.ptx); 0 = off"""
     ptx_batch_size: int = _ranged(8, whole(1))
     """PTX: supervised examples per optimizer step"""
     top_entropy_quantile: float = _ranged(1.0, between(0, 1, low_open=True))

@@ -24,9 +24,9 @@ import torch
 
 from labkit.logprobs import logprobs_and_entropy, token_logprobs
 from labkit.lora import adapters_disabled
-from labkit.mismatch import mismatch_metrics, mismatch_weights
 from labkit.models import attention_kernels
 from labkit.runtime.compat import cache_kwargs
+from labkit.tricks.mismatch import mismatch_metrics, mismatch_weights
 
 #: What one extra forward + backward costs, in padded tokens' worth of compute: on a CPU the tiny
 #: model's per-call overhead is small next to its per-token cost; on a GPU kernel launches

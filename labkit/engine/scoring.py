@@ -23,13 +23,13 @@ from dataclasses import dataclass
 
 import torch
 
-from labkit.filters import dynamic_sampling_mask
 from labkit.models import FORMAT_TAGS
 from labkit.rewards import accuracy_reward, combine_rewards_by_weight, per_completion
 from labkit.rewards.diversity import dra_weights, ngram_embeddings
 from labkit.rewards.length import length_shaped_rewards
 from labkit.rewards.shaping import overlong_penalty
 from labkit.tasks import worked_solution
+from labkit.tricks.filters import dynamic_sampling_mask
 
 
 def score_completions(config, reward_funcs, rows: dict, rollout, embed=None):

@@ -35,7 +35,7 @@ differ only in how (:data:`CORRECTIONS`, config field ``offpolicy_correction``):
                 the clip then binds on staleness as well as on the update
 ``tis``         :math:`w` truncated to ``[offpolicy_weight_floor, offpolicy_weight_cap]``
                 (truncated IS: Yao et al. 2025, the sampler/trainer mismatch blog cited in
-                :mod:`labkit.mismatch`, applied to stale samples; verl's ``token_truncate``)
+                :mod:`labkit.tricks.mismatch`, applied to stale samples; verl's ``token_truncate``)
 ``icepop``      :math:`w` set to 0 outside ``[floor, cap]`` (masked IS, token level: IcePop, Ring-1T,
                 arXiv 2510.18855, section 3.1; the paper's bounds are 0.5 and 5)
 ``decoupled``   :math:`w` set to 0 above ``cap``, no floor (AReaL's decoupled PPO with its
@@ -43,16 +43,16 @@ differ only in how (:data:`CORRECTIONS`, config field ``offpolicy_correction``):
                 ``rejection_sampling.upper`` = 5.0, action ``mask``)
 ==============  ====================================================================================
 
-The weights come from :func:`labkit.mismatch.mismatch_weights` at token level (``token_truncate``
+The weights come from :func:`labkit.tricks.mismatch.mismatch_weights` at token level (``token_truncate``
 for TIS, ``token_mask`` for IcePop and decoupled): the sampler/trainer mismatch and staleness are
 the same correction against the same recorded log-probs, so they share one function.
 
 Where the lab departs: ``decoupled``, ``tis`` and ``icepop`` all anchor the clip on the proximal
 policy (the decoupled form); the papers of TIS and IcePop wrote it for a synchronous trainer, where
 proximal and behaviour policies differ only by the engines' numerics. The lab reads the weight at
-token level only (AReaL and verl also offer sequence-level weights; :mod:`labkit.mismatch` has the
+token level only (AReaL and verl also offer sequence-level weights; :mod:`labkit.tricks.mismatch` has the
 sequence modes for the sampler mismatch). Padding counts as a zero log-ratio (weight 1, then 0 by
-the mask) and a NaN behaviour log-prob as weight 1, as in :mod:`labkit.mismatch`.
+the mask) and a NaN behaviour log-prob as weight 1, as in :mod:`labkit.tricks.mismatch`.
 
 :func:`offpolicy_terms` is the pure function behind both the trainer and the notebook's widget:
 given log-prob tensors it returns the ratio, the weights and the clip region.
@@ -67,11 +67,11 @@ import torch
 
 from labkit.config.rules import config_rule
 from labkit.losses import kl_estimate
-from labkit.mismatch import mismatch_weights
+from labkit.tricks.mismatch import mismatch_weights
 
 #: ``offpolicy_correction`` values, in the order of the module docstring's table.
 CORRECTIONS = ("none", "coupled", "tis", "icepop", "decoupled")
-#: What each correction does with the behaviour weight: the :mod:`labkit.mismatch` mode it uses
+#: What each correction does with the behaviour weight: the :mod:`labkit.tricks.mismatch` mode it uses
 #: (None: no weight) and whether it reads the floor.
 _MODES = {"none": None, "coupled": None, "tis": "token_truncate", "icepop": "token_mask",
           "decoupled": "token_mask"}

@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from labkit.config.rules import config_rule
-from labkit.temperature import temperature_at
+from labkit.tricks.temperature import temperature_at
 
 #: ``async_mode`` values.
 ASYNC_MODES = ("deterministic", "overlapped")

@@ -116,10 +116,10 @@ def plot_temperature_schedules(total_steps: int = 200, start: float = 1.2, final
                                axes=None) -> Figure:
     """Sampling temperature over training for each ``temperature_schedule`` (Kimi K2's decay).
 
-    Every value is :func:`labkit.temperature.temperature_at`, the function the trainer calls
+    Every value is :func:`labkit.tricks.temperature.temperature_at`, the function the trainer calls
     each step. One panel.
     """
-    from labkit.temperature import temperature_at
+    from labkit.tricks.temperature import temperature_at
 
     if total_steps < 1:
         raise ValueError(f"total_steps must be >= 1, got {total_steps}")

@@ -8,7 +8,7 @@ from matplotlib.figure import Figure
 from labkit.advantages import (
     group_advantages,
 )
-from labkit.filters import gfpo_advantages, gfpo_filter
+from labkit.tricks.filters import gfpo_advantages, gfpo_filter
 from labkit.viz.style import LENGTH_LABEL, SMALL, as_tensor, grouped_bars, legend_above, make_panels
 
 
@@ -19,10 +19,10 @@ def plot_gfpo_filter(rewards=(1, 1, 0, 1, 0, 1, 1, 0),
     r"""GFPO on one group: which completions are kept, and the advantages they get.
 
     Left: each sampled completion's length and reward; the ``num_remains_in_group`` kept by
-    :func:`labkit.filters.gfpo_filter` (shortest, or best reward per token for
+    :func:`labkit.tricks.filters.gfpo_filter` (shortest, or best reward per token for
     ``metric="token_efficiency"``) are filled, the rejected ones hollow. Right: plain GRPO's
     advantages (:func:`labkit.advantages.group_advantages` on all G) next to GFPO's
-    (:func:`labkit.filters.gfpo_advantages`: statistics of the kept set, 0 for the rest).
+    (:func:`labkit.tricks.filters.gfpo_advantages`: statistics of the kept set, 0 for the rest).
 
     What to see: the long correct answers lose their positive advantage (rejected, so 0), the short
     correct ones keep it, so training is pulled towards concise correct answers; long wrong answers

@@ -1,0 +1,8 @@
+"""The tricks that sit around the core algorithm, one concept per module, each taught in a
+notebook and each switched on by a :class:`~labkit.config.TrainConfig` field whose combination
+rules live beside its code: group filtering (``filters``: GFPO, dynamic sampling), token-level
+filters and penalties (``token_filters``: high-entropy tokens, Clip-Cov, KL-Cov), sampling
+temperature schedules (``temperature``), the reference model's refresh (``reference``), prompt
+sampling (``prompt_sampling``), the pre-training mix (``ptx``) and the sampler/trainer mismatch
+correction (``mismatch``). Import from the module (``from labkit.tricks.filters import ...``).
+"""

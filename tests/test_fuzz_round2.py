@@ -138,7 +138,7 @@ def test_a_bad_spec_among_several_stops_the_command_before_any_training(monkeypa
 
 
 def test_code_in_a_trl_train_setting_never_runs():
-    from labkit import trl_train
+    from labkit.trl_bridge import train as trl_train
 
     marker = scratch("set") / "ran"
     overrides = trl_train.parse_overrides([f"learning_rate=open({str(marker)!r}, 'w')",

@@ -145,14 +145,14 @@ def test_trainconfig_answers_trl_names_with_the_labs():
                     gradient_accumulation_steps=2, logging_steps=2)
     message = str(refused.value)
     for part in ("per_device_train_batch_size: micro_batch_size", "from_grpo_config",
-                 "labkit.trl_compat.GRPOConfig", "logging_steps: nothing"):
+                 "labkit.trl_bridge.compat.GRPOConfig", "logging_steps: nothing"):
         assert part in message
     with pytest.raises(TypeError, match="unexpected keyword argument 'no_such_field'"):
         TrainConfig(no_such_field=1)
 
 
 def test_the_compat_trainer_refuses_what_it_lacks():
-    from labkit.trl_compat import GRPOConfig, GRPOTrainer
+    from labkit.trl_bridge.compat import GRPOConfig, GRPOTrainer
 
     data = [{"prompt": "1+1=?"}] * 4
     with pytest.raises(TypeError, match="optimizers"):
@@ -170,8 +170,8 @@ def test_a_trl_tutorial_script_runs_on_both_trainers_with_only_its_import_change
     trl_import = "from trl import GRPOConfig, GRPOTrainer"
     assert text.count(trl_import) == 1
     lab_script = tmp_path / "lab_tutorial.py"
-    lab_script.write_text(text.replace(trl_import,
-                                       "from labkit.trl_compat import GRPOConfig, GRPOTrainer"))
+    lab_import = "from labkit.trl_bridge.compat import GRPOConfig, GRPOTrainer"
+    lab_script.write_text(text.replace(trl_import, lab_import))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRL_EXPERIMENTAL_SILENCE": "1"}
     printed = {}
     for name, script in (("trl", TUTORIAL), ("lab", lab_script)):
@@ -187,7 +187,7 @@ def test_a_trl_tutorial_script_runs_on_both_trainers_with_only_its_import_change
 # ---- GRPOTrainer's other arguments: peft_config, environment_factory, train(resume_...) --------
 def _compat_trainer(model="tiny", data=None, reward_funcs=None, **kwargs):
     from labkit.tasks import load_split
-    from labkit.trl_compat import GRPOConfig, GRPOTrainer
+    from labkit.trl_bridge.compat import GRPOConfig, GRPOTrainer
 
     def length(completions, **_):
         return [float(len(str(c))) for c in completions]

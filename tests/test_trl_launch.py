@@ -44,7 +44,7 @@ from safetensors.torch import load_file
 
 from labkit.advantages import combine_rewards
 from labkit.models import TINY_MODEL_DIR
-from labkit.trl_train import LAUNCH_CONFIGS, launch_config
+from labkit.trl_bridge.train import LAUNCH_CONFIGS, launch_config
 
 ROOT = Path(__file__).resolve().parent.parent
 WORLD, STEPS, G = 2, 2, 8
@@ -59,7 +59,7 @@ def launched(tmp_path_factory):
     command = [
         sys.executable, "-m", "accelerate.commands.launch",
         "--config_file", str(launch_config("cpu_2proc")),
-        "-m", "labkit.trl_train", "--preset", "grpo", "--max-steps", str(STEPS),
+        "-m", "labkit.trl_bridge.train", "--preset", "grpo", "--max-steps", str(STEPS),
         "--set", "prompts_per_step=1", "--set", f"num_generations={G}",
         "--set", "max_completion_length=48", "--set", "warmup_ratio=0",
         "--families", "add,sub", "--difficulties", "2,3", "--threads", "1",
@@ -159,13 +159,14 @@ def test_launch_configs_ship_with_the_package():
     import tomllib
 
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert "launch/*.yaml" in data["package-data"]["labkit"]
+    assert "launch/*.yaml" in data["package-data"]["labkit.trl_bridge"]
+    assert all(launch_config(name).is_file() for name in LAUNCH_CONFIGS)
     with pytest.raises(ValueError, match="launch config must be one of"):
         launch_config("tpu")
 
 
 def test_cli_overrides_and_refusals_before_any_model_loads(capsys):
-    from labkit.trl_train import main, parse_overrides
+    from labkit.trl_bridge.train import main, parse_overrides
 
     assert parse_overrides(["epsilon_high=0.28", "loss_type=dapo", "delta=None",
                             "reward_weights=(1.0, 0.5)"]) == {

@@ -671,8 +671,9 @@ def _refuse_trl_names(init):
             raise TypeError(
                 f"TrainConfig got TRL's GRPOConfig name(s) {', '.join(trl_only)}, which the lab "
                 f"spells differently ({hints}). To bring a whole TRL config, use "
-                f"labkit.trl_bridge.from_grpo_config({{...}}) or labkit.trl_compat.GRPOConfig("
-                f"...), which translate TRL's batch geometry as a whole")
+                f"labkit.trl_bridge.from_grpo_config({{...}}) or "
+                f"labkit.trl_bridge.compat.GRPOConfig(...), which translate TRL's batch geometry "
+                f"as a whole")
         init(self, *args, **kwargs)
 
     return __init__

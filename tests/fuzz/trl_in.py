@@ -1,8 +1,8 @@
 """Surface 15: TRL in, the way TRL scripts write it: ``from_grpo_config`` given a dict where TRL
 would derive the generation batch, ``scale_rewards`` as a bool, ``GRPOTrainer(peft_config=...)``
 with every kind of peft ``LoraConfig`` setting, ``train(resume_from_checkpoint=True/False)`` and
-``GRPOTrainer(environment_factory=...)`` (``labkit.trl_compat``). A dict must translate as TRL's own
-``GRPOConfig`` does; what the lab cannot honour is refused by name."""
+``GRPOTrainer(environment_factory=...)`` (``labkit.trl_bridge.compat``). A dict must translate as
+TRL's own ``GRPOConfig`` does; what the lab cannot honour is refused by name."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def _data(family="add"):
 
 
 def _args(**settings):
-    from labkit.trl_compat import GRPOConfig
+    from labkit.trl_bridge.compat import GRPOConfig
 
     base = {"output_dir": str(scratch("compat")), "per_device_train_batch_size": 4,
             "num_generations": 4, "max_steps": 1, "max_completion_length": 8,
@@ -75,7 +75,7 @@ def _length(completions, **kwargs):
 
 def _compat(model="tiny", data=None, **kwargs):
     def call():
-        from labkit.trl_compat import GRPOTrainer
+        from labkit.trl_bridge.compat import GRPOTrainer
 
         options = {"model": model, "reward_funcs": _length, "args": _args(),
                    "train_dataset": _data() if data is None else data(), **kwargs}
@@ -105,7 +105,7 @@ def _dora(trainer):
 
 def _train(resume, *, saved_first=False):
     def call():
-        from labkit.trl_compat import GRPOTrainer
+        from labkit.trl_bridge.compat import GRPOTrainer
 
         folder = str(scratch("resume"))
         if saved_first:  # one step saved to output_dir/checkpoint-1, then a run of two

@@ -1,6 +1,6 @@
 """Surface 2: the TRL bridge's settings, both ways (``to_grpo_config``, ``trl_batch_sizes``,
-``from_grpo_config``), TRL's signatures on the lab (``labkit.trl_compat``) and the command line
-``python -m labkit.trl_train``, with odd values: negative, zero, huge, wrong types, unknown names.
+``from_grpo_config``), TRL's signatures on the lab (``labkit.trl_bridge.compat``) and the command
+line ``python -m labkit.trl_train``, with odd values: negative, zero, huge, wrong types, unknown names.
 No case trains: a bad value must be refused before a model loads."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _from(args, **kwargs):
 def _cli(*argv, env=None):
     """``python -m labkit.trl_train`` in this process; a usage error becomes SystemExit whose
     message is what argparse printed."""
-    from labkit import trl_train
+    from labkit.trl_bridge import train as trl_train
 
     def call():
         saved = {k: os.environ.get(k) for k in (env or {})}
@@ -76,7 +76,7 @@ def _compat(**kwargs):
     from labkit.tasks import load_split
 
     def call():
-        from labkit.trl_compat import GRPOConfig, GRPOTrainer
+        from labkit.trl_bridge.compat import GRPOConfig, GRPOTrainer
 
         data = load_split("train", families="add", difficulties=1).select(range(8))
         args = GRPOConfig(output_dir=str(scratch("compat")), per_device_train_batch_size=4,
@@ -176,7 +176,7 @@ def cases() -> list[Case]:
     refuse("from-args-none", _from(None), "args", "NoneType")
     refuse("from-geometry-does-not-divide", _from({"per_device_train_batch_size": 6}),
            "generation_batch_size", "num_generations")
-    # labkit.trl_compat: TRL's signatures on the lab's trainer
+    # labkit.trl_bridge.compat: TRL's signatures on the lab's trainer
     refuse("compat-reward-funcs-a-name", _compat(reward_funcs="accuracy"), "reward_funcs",
            "'accuracy'")
     refuse("compat-reward-funcs-none", _compat(reward_funcs=None), "reward_funcs", "None")

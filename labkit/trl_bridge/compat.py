@@ -14,10 +14,10 @@ A GRPO script from TRL's docs, the HF course or a Colab reads::
                           train_dataset=dataset)
     trainer.train()
 
-Replace the first line with ``from labkit.trl_compat import GRPOConfig, GRPOTrainer`` and the same
-script trains on :class:`labkit.trainer.Trainer`, on the CPU, with everything the lab shows
-(``trainer.history``, the run doctor, the viz functions); switch the import back and it runs in
-TRL. The settings are translated as a whole by :func:`labkit.trl_bridge.from_grpo_config`
+Replace the first line with ``from labkit.trl_bridge.compat import GRPOConfig, GRPOTrainer``
+and the same script trains on :class:`labkit.trainer.Trainer`, on the CPU, with everything the
+lab shows (``trainer.history``, the run doctor, the viz functions); switch the import back and it
+runs in TRL. The settings are translated as a whole by :func:`labkit.trl_bridge.from_grpo_config`
 (TRL's per-device batch geometry becomes prompts per step, mini-batches and micro-batches; TRL's
 defaults apply to what the script leaves out, ``loss_type="dapo"`` and ``learning_rate=1e-6``
 included), and a setting the lab does not have is refused by name.
@@ -40,7 +40,8 @@ import os
 from collections import namedtuple
 from pathlib import Path
 
-from labkit.trl_bridge import TRL_DEFAULTS, from_grpo_config
+from labkit.trl_bridge.from_trl import from_grpo_config
+from labkit.trl_bridge.tables import TRL_DEFAULTS
 
 #: peft ``LoraConfig`` field -> the lab's LoRA setting (:mod:`labkit.lora`) it becomes; TRL's
 #: ``get_peft_config`` builds a LoraConfig from the same settings of its ``ModelConfig``.

@@ -23,9 +23,7 @@ notebook's own kernelspec) is checked against the installed kernels before anyth
 
 The notebooks are read, never written: outputs stay in memory, unless ``--save-executed DIR``
 asks for a copy of each notebook that ran cleanly (``--save-executed notebooks`` refreshes the
-committed outputs), with the values its ``record`` calls wrote in ``DIR/results/``, the source of
-every number the prose quotes (:mod:`labkit.quotes`; the timing quotes are rewritten from the
-report with the summary tables). The results go to a JSON file and a markdown table
+committed outputs). The results go to a JSON file and a markdown table
 (``docs/teaching/section_times.json`` and ``.md`` by default), one record per notebook and
 device, each with the machine it ran on (CPU model and cores, the GPU's name for ``cuda``) and the
 command. A run merges into the report that is there: the records of the notebooks and the device
@@ -60,8 +58,6 @@ import nbformat
 from jupyter_client.kernelspec import NATIVE_KERNEL_NAME, KernelSpecManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
-
-from labkit import quotes
 
 try:  # a dependency of ipykernel, which runs the notebooks; without it CPU times are not read
     import psutil
@@ -174,12 +170,9 @@ class _CellClock:
 
 def execute_timed(path: Path, cell_timeout: float = DEFAULT_CELL_TIMEOUT,
                   kernel_name: str | None = None, device: str = "cpu",
-                  results_dir: Path | None = None,
                   ) -> tuple[nbformat.NotebookNode, list[CellTime], str | None]:
     """Execute the notebook at ``path`` in memory, in its own folder, timing every code cell;
-    the kernel's environment is :func:`kernel_env` of ``device``. With ``results_dir`` the
-    notebook's ``record`` calls write its results file there (:mod:`labkit.quotes`); without,
-    they do nothing.
+    the kernel's environment is :func:`kernel_env` of ``device``.
 
     Returns the executed notebook (outputs filled in, the file untouched), the cell times, and
     the error that stopped it (``None`` if every cell ran). A cell past ``cell_timeout`` seconds
@@ -197,9 +190,7 @@ def execute_timed(path: Path, cell_timeout: float = DEFAULT_CELL_TIMEOUT,
     client.on_cell_executed = clock.stop
     error = None
     try:
-        recording = ({quotes.MODE_VARIABLE: "write", quotes.DIR_VARIABLE: str(results_dir)}
-                     if results_dir is not None else {quotes.MODE_VARIABLE: ""})
-        client.execute(env={**os.environ, **kernel_env(device), **recording})
+        client.execute(env={**os.environ, **kernel_env(device)})
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as err:  # keep what ran
         # a cell that raised has been timed already (last in the list); one that timed out or
         # killed the kernel is still running
@@ -593,28 +584,13 @@ def with_summary(text: str, table: str, page: Path) -> str:
 
 
 def write_summaries(records: list[dict], pages=SUMMARY_PAGES) -> None:
-    """Rewrite the generated table of every page in ``pages`` (only between its two lines), and
-    every timing quote of the notebooks and pages (:func:`labkit.quotes.render_times`)."""
+    """Rewrite the generated table of every page in ``pages`` (only between its two lines)."""
     table = summary_table(records)
     for page in pages:
         text = page.read_text(encoding="utf-8")
         updated = with_summary(text, table, page)
         if updated != text:
             page.write_text(updated, encoding="utf-8")
-    quotes.render_times()
-
-
-def save_results(notebook: str, written: Path, destination: Path) -> None:
-    """Move the results file a run wrote (``written/notebook.json``) beside the notebook it
-    saved; the one there is replaced only if :mod:`labkit.quotes` wrote it."""
-    source = quotes.results_path(notebook, written)
-    if not source.exists():
-        return  # the notebook records nothing
-    target = quotes.results_path(notebook, destination)
-    if target.exists():
-        quotes.load_results(notebook, destination)  # refuses a file the lab did not write
-    destination.mkdir(parents=True, exist_ok=True)
-    target.write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
 
 
 def _positive_seconds(text: str) -> float:
@@ -681,12 +657,7 @@ def main(argv: list[str] | None = None) -> int:
     statuses = []
     for path in paths:
         print(f"{path.name}: running on {args.device}", flush=True)
-        with tempfile.TemporaryDirectory(prefix="labkit-results-") as results:
-            nb, times, error = execute_timed(path, args.cell_timeout, args.kernel, args.device,
-                                             results_dir=None if args.save_executed is None
-                                             else Path(results))
-            if args.save_executed is not None and error is None:
-                save_results(path.stem, Path(results), args.save_executed / "results")
+        nb, times, error = execute_timed(path, args.cell_timeout, args.kernel, args.device)
         record = notebook_record(path, nb, times, error, args.device, machine, command,
                                  args.cell_timeout)
         statuses.append(record["status"])

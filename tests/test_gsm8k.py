@@ -1,13 +1,13 @@
-"""Tests for labkit.gsm8k, offline: a local fixture stands in for the hub dataset."""
+"""Tests for labkit.tasks.gsm8k, offline: a local fixture stands in for the hub dataset."""
 
 from pathlib import Path
 
 import datasets
 import pytest
 
-from labkit.gsm8k import GSM8K_SYSTEM_PROMPT, extract_gsm8k_answer, load_gsm8k
 from labkit.rewards import accuracy_reward, format_reward
 from labkit.tasks import task_features
+from labkit.tasks.gsm8k import GSM8K_SYSTEM_PROMPT, extract_gsm8k_answer, load_gsm8k
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gsm8k_tiny.jsonl"
 

@@ -15,6 +15,7 @@ from labkit.tasks import (
     FAMILIES,
     STYLES,
     Problem,
+    build,
     check_answer,
     check_countdown,
     format_expression,
@@ -164,6 +165,20 @@ def test_expression_parser_and_printer():
         assert tasks.evaluate(parse_expression(format_expression(tree))) == tasks.evaluate(tree)
 
 
+def test_countdown_and_the_calculator_read_expressions_alike():
+    """One parser (labkit.tasks.expressions) serves both: every countdown answer has the value
+    the calculator computes, and what countdown refuses the calculator either refuses too or
+    reads with its wider grammar (division, unary minus, longer literals)."""
+    from labkit.agents.calculator import calculate
+
+    for p in (p for p in MANY if p.family == "countdown"):
+        assert calculate(p.answer) == str(tasks.evaluate(parse_expression(p.answer))) == str(
+            p.target)
+    assert calculate("5/2") == "5/2" and calculate("-5+3") == "-2"
+    assert calculate("1" * 7) == "1111111" and parse_expression("1" * 7) is None
+    assert calculate("5+") == "error: expression ends early; expected a number or '('"
+
+
 def test_check_countdown_rules():
     nums, target = (5, 3, 2), 16
     assert check_countdown("(5+3)*2", nums, target)
@@ -206,11 +221,11 @@ def test_rows_have_a_uniform_schema():
 
 
 def test_shipped_splits_match_a_fresh_regeneration(tmp_path):
-    tasks.main(["--out", str(tmp_path)])
+    build.main(["--out", str(tmp_path)])
     for name in ("train", "eval"):
         shipped = tasks.data_dir() / "tasks" / f"{name}.jsonl"
         assert shipped.read_bytes() == (tmp_path / f"{name}.jsonl").read_bytes(), (
-            f"{shipped} is stale: run python -m labkit.tasks --out data/tasks")
+            f"{shipped} is stale: run python -m labkit tasks --out data/tasks")
 
 
 def test_splits_sizes_balance_and_disjointness():
@@ -234,7 +249,7 @@ def test_load_split_paths_and_errors(tmp_path, monkeypatch):
     monkeypatch.setenv("LABKIT_DATA", str(tmp_path))
     assert len(tasks.load_split("eval")) == 1
     assert len(tasks.load_split("eval", path=tmp_path / "tasks" / "eval.jsonl")) == 1
-    with pytest.raises(FileNotFoundError, match="python -m labkit.tasks"):
+    with pytest.raises(FileNotFoundError, match="python -m labkit tasks"):
         tasks.load_split("train")
     with pytest.raises(ValueError, match="split"):
         tasks.load_split("test")

@@ -5,15 +5,10 @@ middle of its reasoning, hand a computation to an interpreter and continue from 
 code interpreter is far more than the lab's tiny model can use; a calculator keeps the protocol
 (call, reply, continue) with a tool whose every answer can be checked.
 
-The expression comes from the policy, so it is parsed by the tokenizer and recursive-descent
-parser below, never by ``eval``, ``exec``, ``compile`` or ``ast``. Grammar::
-
-    expression := term (("+" | "-") term)*
-    term       := unary (("*" | "/") unary)*
-    unary      := "-"* primary
-    primary    := integer | "(" expression ")"
-
-Integers are ASCII digits only; spaces are allowed between tokens. Division is exact
+The expression comes from the policy, so it is read by the lab's one expression parser
+(:mod:`labkit.tasks.expressions`, which also reads countdown answers), never by ``eval``,
+``exec``, ``compile`` or ``ast``; the calculator takes its whole grammar: ``+ - * /``,
+parentheses and unary minus. Integers are ASCII digits only; spaces are allowed between tokens. Division is exact
 (:class:`fractions.Fraction`): a whole result prints as an integer, otherwise as the reduced
 fraction ``a/b``. The task suite's answers are integers, so an integer reply can be copied into
 the answer, and a fraction tells the policy exactly what it computed rather than a rounded
@@ -28,30 +23,30 @@ parser's recursion is bounded), and the size of every intermediate value after e
 
 from __future__ import annotations
 
+import operator
 from fractions import Fraction
 
 from labkit.agents.tool_calls import ERROR_PREFIX, format_tool_call
-from labkit.tasks import THINK_CLOSE, THINK_OPEN, completion_text
+from labkit.tasks.expressions import MAX_DEPTH, ExpressionError, parse, tokenize
+from labkit.tasks.solutions import THINK_CLOSE, THINK_OPEN, completion_text
 
 __all__ = ["MAX_DEPTH", "MAX_EXPRESSION_CHARS", "MAX_LITERAL_DIGITS", "MAX_MAGNITUDE",
            "CalculatorEnv", "CalculatorError", "calculate", "calculator_demonstration",
            "evaluate_expression", "format_value"]
 
 MAX_EXPRESSION_CHARS = 200
-MAX_DEPTH = 32  # parentheses open at once
 MAX_LITERAL_DIGITS = 30
 #: Every intermediate value's magnitude and denominator stay below this.
 MAX_MAGNITUDE = 10**60
 
-_DIGITS = "0123456789"
 _OPERATORS = "+-*/()"
-_ALLOWED = "use 0-9 + - * / ( )"
 # families whose question is an expression the calculator computes (countdown: its answer is one)
 _ARITHMETIC_FAMILIES = ("add", "sub", "mul")
 
 
-class CalculatorError(ValueError):
-    """An expression the calculator refuses; the message is the reason the policy reads."""
+#: An expression the calculator refuses; the message is the reason the policy reads. The
+#: parser's error (its refusals and the calculator's own share one class).
+CalculatorError = ExpressionError
 
 
 def calculate(expression) -> str:
@@ -76,106 +71,19 @@ def evaluate_expression(expression) -> Fraction:
     if len(expression) > MAX_EXPRESSION_CHARS:
         raise CalculatorError(f"expression is {len(expression)} characters; the limit is "
                               f"{MAX_EXPRESSION_CHARS}")
-    tokens = _tokenize(expression)
+    tokens = tokenize(expression, _OPERATORS, MAX_LITERAL_DIGITS)
     if not tokens:
         raise CalculatorError("empty expression")
-    return _Parser(tokens).parse()
+    return parse(tokens, lambda text: Fraction(int(text)), _combine, operator.neg)
 
 
-def _tokenize(text: str) -> list[tuple[str, int]]:
-    """(token, position) pairs; refuses unknown characters, long literals and deep nesting."""
-    tokens, depth, i = [], 0, 0
-    while i < len(text):
-        char = text[i]
-        if char == " ":
-            i += 1
-        elif char in _DIGITS:
-            end = i
-            while end < len(text) and text[end] in _DIGITS:
-                end += 1
-            if end - i > MAX_LITERAL_DIGITS:
-                raise CalculatorError(f"number at {i} has {end - i} digits; the limit is "
-                                      f"{MAX_LITERAL_DIGITS}")
-            tokens.append((text[i:end], i))
-            i = end
-        elif char in _OPERATORS:
-            depth += (char == "(") - (char == ")")
-            if depth > MAX_DEPTH:
-                raise CalculatorError(f"parentheses nest over {MAX_DEPTH} deep at {i}")
-            if depth < 0:
-                raise CalculatorError(f"unmatched ')' at {i}")
-            tokens.append((char, i))
-            i += 1
-        elif char.isdigit():  # str.isdigit accepts other scripts' digits: say so, not "unknown"
-            raise CalculatorError(f"digit {char!a} at {i} is not ASCII; use 0-9")
-        else:
-            raise CalculatorError(f"character {char!a} at {i} is not allowed; {_ALLOWED}")
-    return tokens
-
-
-class _Parser:
-    """Recursive descent over the tokens, one method per grammar rule; depth is bounded by the
-    tokenizer's parenthesis limit, and chains of unary minus are read in a loop."""
-
-    def __init__(self, tokens: list[tuple[str, int]]):
-        self.tokens = tokens
-        self.pos = 0
-
-    def parse(self) -> Fraction:
-        value = self.expression()
-        if self.pos < len(self.tokens):
-            token, at = self.tokens[self.pos]
-            raise CalculatorError(f"unexpected {token!r} at {at}; expected an operator or end")
-        return value
-
-    def expression(self) -> Fraction:
-        value = self.term()
-        while self._peek() in ("+", "-"):
-            operator, at = self.tokens[self.pos]
-            self.pos += 1
-            right = self.term()
-            value = _checked(value + right if operator == "+" else value - right, at)
-        return value
-
-    def term(self) -> Fraction:
-        value = self.unary()
-        while self._peek() in ("*", "/"):
-            operator, at = self.tokens[self.pos]
-            self.pos += 1
-            right = self.unary()
-            if operator == "*":
-                value = _checked(value * right, at)
-            elif right == 0:
-                raise CalculatorError(f"division by zero at {at}")
-            else:
-                value = _checked(value / right, at)
-        return value
-
-    def unary(self) -> Fraction:
-        negate = False
-        while self._peek() == "-":
-            negate = not negate
-            self.pos += 1
-        value = self.primary()
-        return -value if negate else value
-
-    def primary(self) -> Fraction:
-        if self.pos >= len(self.tokens):
-            raise CalculatorError("expression ends early; expected a number or '('")
-        token, at = self.tokens[self.pos]
-        self.pos += 1
-        if token[0] in _DIGITS:
-            return Fraction(int(token))
-        if token == "(":
-            value = self.expression()
-            if self._peek() != ")":
-                raise CalculatorError(f"'(' at {at} is not closed")
-            self.pos += 1
-            return value
-        raise CalculatorError(f"unexpected {token!r} at {at}; expected a number or '('")
-
-    def _peek(self) -> str | None:
-        return self.tokens[self.pos][0] if self.pos < len(self.tokens) else None
+def _combine(op: str, left: Fraction, right: Fraction, at: int) -> Fraction:
+    """One operation of the expression, exact, its result checked before the next is read."""
+    if op == "/" and right == 0:
+        raise CalculatorError(f"division by zero at {at}")
+    value = (left + right if op == "+" else left - right if op == "-"
+             else left * right if op == "*" else left / right)
+    return _checked(value, at)
 
 
 def _checked(value: Fraction, at: int) -> Fraction:

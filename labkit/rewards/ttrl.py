@@ -50,14 +50,8 @@ import re
 from collections import Counter
 
 from labkit.rewards.rule_based import completion_content, completion_list, extract_answer
-from labkit.tasks import (
-    CHECKABLE_FAMILIES,
-    _int_or_none,
-    _parse_decimal,
-    check_answer,
-    format_expression,
-    parse_expression,
-)
+from labkit.tasks import CHECKABLE_FAMILIES, check_answer, format_expression, parse_expression
+from labkit.tasks.grading import _int_or_none, _parse_decimal
 
 __all__ = ["answer_key", "group_indices", "label_accuracy_reward", "majority_labels",
            "majority_vote", "ttrl_reward"]

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from labkit.tasks import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN, task_features
+from labkit.tasks.solutions import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN
+from labkit.tasks.splits import task_features
 
 #: system message that tells a real instruction-tuned model the lab's answer format
 GSM8K_SYSTEM_PROMPT = (

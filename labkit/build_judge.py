@@ -10,7 +10,7 @@ The steps, all deterministic from ``--seed`` on a CPU (one thread):
    drawn with the seed (the policy is wrong about three times out of four, so unbalanced data
    would teach "always N");
 4. warm-start a copy of the policy's weights (same architecture and tokenizer) and fine-tune it with
-   :mod:`labkit.sft` to answer ``Y`` or ``N`` to :func:`labkit.rewards.judge.judge_prompt` (the loss is on
+   :mod:`labkit.finetune.sft` to answer ``Y`` or ``N`` to :func:`labkit.rewards.judge.judge_prompt` (the loss is on
    the one verdict token and the end-of-turn token);
 5. measure agreement with the verifier on fresh completions of the **eval** split's add/sub
    problems (:func:`labkit.rewards.judge.judge_agreement`), save model, tokenizer and
@@ -37,8 +37,8 @@ from pathlib import Path
 
 import torch
 
+from labkit.finetune.sft import fit, length_bucketed_batches, sft_optimizer
 from labkit.rewards.judge import JUDGE_DIR, NO, YES, judge_agreement, judge_prompt
-from labkit.sft import fit, length_bucketed_batches, sft_optimizer
 
 __all__ = ["FAMILIES", "build", "judge_examples", "labelled_samples", "main"]
 

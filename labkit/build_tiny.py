@@ -5,7 +5,7 @@ The steps, all deterministic from ``--seed`` on a CPU:
 1. build the character tokenizer (:func:`labkit.models.build_char_tokenizer`), a ``transformers``
    fast tokenizer with Qwen's chat template;
 2. create a Qwen3 model from :func:`labkit.models.tiny_qwen_config` with fresh weights;
-3. warm-start it by supervised fine-tuning (:mod:`labkit.sft`) on solutions from the task suite
+3. warm-start it by supervised fine-tuning (:mod:`labkit.finetune.sft`) on solutions from the task suite
    (:func:`labkit.tasks.sft_examples`), a mix of direct answers, worked solutions and verbose ones,
    with the loss on the completion tokens only;
 4. save model, tokenizer and ``build_info.json`` (settings, loss curve summary, timing) with
@@ -33,8 +33,8 @@ from pathlib import Path
 
 import torch
 
+from labkit.finetune.sft import encode_sft, fit, length_bucketed_batches, sft_optimizer
 from labkit.models import TINY_MODEL_DIR, build_char_tokenizer, count_parameters, tiny_qwen_config
-from labkit.sft import encode_sft, fit, length_bucketed_batches, sft_optimizer
 from labkit.tasks import WARM_START_STYLE_WEIGHTS
 
 __all__ = ["STYLE_WEIGHTS", "build", "encode_sft", "length_bucketed_batches", "main",
@@ -50,8 +50,8 @@ def warm_start(model, tokenizer, *, steps: int, batch_size: int, lr: float, seed
     """Supervised fine-tuning on freshly drawn task solutions; returns a list of (step, loss).
 
     The data are ``steps * batch_size`` examples of :func:`labkit.tasks.sft_examples`, batched by
-    length (:func:`labkit.sft.length_bucketed_batches`); the optimizer is AdamW with a 5% linear
-    warm-up and a cosine decay to 10% (:func:`labkit.sft.sft_optimizer`).
+    length (:func:`labkit.finetune.sft.length_bucketed_batches`); the optimizer is AdamW with a 5% linear
+    warm-up and a cosine decay to 10% (:func:`labkit.finetune.sft.sft_optimizer`).
     """
     from labkit.tasks import sft_examples
 

@@ -23,7 +23,7 @@ continues its warm start (deterministic from ``--seed`` on one CPU thread):
      (:func:`labkit.agents.expert_transcript`), for the multi-turn environment;
 
    the loss covers the policy's turns only: the tool's replies are masked out of the labels
-   (:mod:`labkit.sft`), as RL will mask them;
+   (:mod:`labkit.finetune.sft`), as RL will mask them;
 3. measure, on the eval split's hard cells (add and mul at difficulty 3-4) sampled at T = 1, the
    accuracy and tool-call rate with the calculator and without it, and the solve rate of 40
    guessing games; save model, tokenizer and ``build_info.json``.
@@ -42,8 +42,8 @@ import torch
 
 from labkit.agents.calculator import calculator_demonstration
 from labkit.agents.guessing import expert_transcript, guessing_dataset
+from labkit.finetune.sft import fit, length_bucketed_batches, sft_optimizer
 from labkit.models import TINY_MODEL_DIR, TOOL_MODEL_DIR, build_char_tokenizer, load_policy
-from labkit.sft import fit, length_bucketed_batches, sft_optimizer
 from labkit.tasks import (
     STYLES,
     WARM_START_STYLE_WEIGHTS,

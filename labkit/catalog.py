@@ -673,7 +673,7 @@ CATALOG: tuple[Method, ...] = (
         _RFT,
         id="rft-rejection-sampling",
         changes="data",
-        functions=("labkit.rft.rejection_sample", "labkit.rft.rft", "labkit.rft.dedup_correct"),
+        functions=("labkit.finetune.rft.rejection_sample", "labkit.finetune.rft.rft", "labkit.finetune.rft.dedup_correct"),
         notebook=_NB["rewards"],
         tests=("tests/test_rft.py::test_wrong_and_unjudged_samples_are_never_kept",
                "tests/test_rft.py::test_duplicates_differ_only_in_whitespace_and_are_per_prompt",

@@ -1,4 +1,4 @@
-"""labkit.rft: the correctness filter and the per-prompt dedup on hand-made samples, and a seeded
+"""labkit.finetune.rft: the correctness filter and the per-prompt dedup on hand-made samples, and a seeded
 rejection-sampling round on the shipped tiny Qwen."""
 
 import math
@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 import torch
 
+from labkit.finetune.rft import dedup_correct, rejection_sample, rft, solution_key
 from labkit.models import TINY_MODEL_DIR, load_policy
 from labkit.rewards import accuracy_reward, per_completion
-from labkit.rft import dedup_correct, rejection_sample, rft, solution_key
 from labkit.tasks import medium_cells
 
 

@@ -12,8 +12,8 @@ from labkit.agents.calculator import CalculatorEnv
 from labkit.agents.episodes import environments, run_episodes
 from labkit.config import preset
 from labkit.evaluate import evaluate
+from labkit.finetune.rft import rejection_sample
 from labkit.models import load_policy
-from labkit.rft import rejection_sample
 from labkit.rollout import encode_prompts, generate
 from labkit.tasks import load_split
 from labkit.trainer import Trainer

@@ -1,13 +1,19 @@
-"""labkit.sft: the completion-only mask, batching, the schedule, and that a few steps learn."""
+"""labkit.finetune.sft: the completion-only mask, batching, the schedule, and that a few steps learn."""
 
 import math
 
 import pytest
 import torch
 
+from labkit.finetune.sft import (
+    encode_sft,
+    fit,
+    length_bucketed_batches,
+    sft_optimizer,
+    warmup_cosine,
+)
 from labkit.models import TINY_MODEL_DIR, build_char_tokenizer, load_policy
 from labkit.rollout import prompt_text
-from labkit.sft import encode_sft, fit, length_bucketed_batches, sft_optimizer, warmup_cosine
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ noisier reward with the same mean.
 
 The shipped judge (``data/models/tiny-judge``, built by ``python -m labkit.build_judge``) is the
 tiny Qwen architecture warm-started from the tiny policy's weights and fine-tuned with
-:mod:`labkit.sft` on the policy's own sampled completions, labelled by the rule verifier; see
+:mod:`labkit.finetune.sft` on the policy's own sampled completions, labelled by the rule verifier; see
 :mod:`labkit.build_judge` for the data and its measured agreement with the verifier.
 
 =================== ==================================================================

@@ -20,7 +20,7 @@ The term is computed at temperature 1 on its own forward, so it is independent o
 =============== ======== ===================================================================
 tensor          shape    meaning (:func:`ptx_nll`, N examples, T = longest)
 =============== ======== ===================================================================
-input_ids       (N, T)   chat-rendered question + solution + end-of-turn (:func:`labkit.sft.encode_sft`)
+input_ids       (N, T)   chat-rendered question + solution + end-of-turn (:func:`labkit.finetune.sft.encode_sft`)
 labels          (N, T)   the ids on solution tokens, -100 on the prompt and the padding
 nll             ()       mean cross-entropy over the solution tokens of the batch (nats)
 =============== ======== ===================================================================
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import torch
 
-from labkit.sft import encode_sft
+from labkit.finetune.sft import encode_sft
 
 __all__ = ["PTXData", "ptx_nll"]
 
@@ -42,7 +42,7 @@ __all__ = ["PTXData", "ptx_nll"]
 def ptx_nll(model, tokenizer, examples, *, max_len: int = 256) -> torch.Tensor:
     """Token-mean negative log-likelihood (nats) of the examples' completions under ``model``.
 
-    ``examples`` are dicts with ``prompt`` and ``completion`` (:mod:`labkit.sft`'s format). The
+    ``examples`` are dicts with ``prompt`` and ``completion`` (:mod:`labkit.finetune.sft`'s format). The
     prompt tokens are masked out of the loss; the result carries the graph for ``backward``.
     """
     device = next(model.parameters()).device

@@ -61,14 +61,14 @@ def _sample_answers(data):
 
 
 def _rejection_sample(data):
-    from labkit.rft import rejection_sample
+    from labkit.finetune.rft import rejection_sample
 
     model, tokenizer = _policy()
     return rejection_sample(model, tokenizer, data, k=1, max_completion_length=8)
 
 
 def _rft(train, eval_dataset):
-    from labkit.rft import rft
+    from labkit.finetune.rft import rft
 
     model, tokenizer = _policy()
     return rft(model, tokenizer, train, rounds=1, k=1, eval_dataset=eval_dataset, eval_k=1,

@@ -1,7 +1,7 @@
 """Supervised fine-tuning (SFT) on (prompt, completion) pairs, with the loss on completion tokens only.
 
 The lab uses SFT three times: the tiny Qwen's warm-start (:mod:`labkit.build_tiny`), rejection
-sampling fine-tuning (:mod:`labkit.rft`, the policy's own correct samples as targets) and the
+sampling fine-tuning (:mod:`labkit.finetune.rft`, the policy's own correct samples as targets) and the
 generative judge (:mod:`labkit.build_judge`, "yes"/"no" as the target). All three go through the
 same two functions:
 

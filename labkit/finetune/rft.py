@@ -2,7 +2,7 @@
 
 RFT is not RL: sample ``k`` completions per training prompt from the current model, keep the ones
 the rule verifier accepts, drop duplicates per prompt, and fine-tune on what is left with the
-ordinary SFT loss (:mod:`labkit.sft`). It is "filtered behaviour cloning": the model imitates its
+ordinary SFT loss (:mod:`labkit.finetune.sft`). It is "filtered behaviour cloning": the model imitates its
 own successes. GRPO uses the same samples differently: it also pushes down the failures, weighs
 each success by how surprising it was within its group (the advantage), and updates after every
 batch instead of once per pass.
@@ -54,7 +54,7 @@ import pandas as pd
 
 from labkit.engine.data import as_dataset, check_unique_ids
 from labkit.evaluate import evaluate, sample_answers
-from labkit.sft import fit, length_bucketed_batches, sft_optimizer
+from labkit.finetune.sft import fit, length_bucketed_batches, sft_optimizer
 
 __all__ = ["dedup_correct", "rejection_sample", "rft", "solution_key"]
 
@@ -133,7 +133,7 @@ def rft(model, tokenizer, dataset, rounds: int, k: int, *, eval_dataset=None, ev
     =============== ========================================================================
 
     Each round samples with seed ``seed + round`` (fresh samples) and fine-tunes with a fresh
-    AdamW (:func:`labkit.sft.sft_optimizer`: warm-up then cosine decay) at learning rate ``lr``.
+    AdamW (:func:`labkit.finetune.sft.sft_optimizer`: warm-up then cosine decay) at learning rate ``lr``.
     """
     for name, value in (("rounds", rounds), ("k", k), ("epochs", epochs),
                         ("batch_size", batch_size)):

@@ -19,8 +19,8 @@ the run                        ``config`` (every knob, validated; presets), ``tr
                                ``rules``/``methods`` (each method's config rules)
 teaching tools                 ``viz/``, ``widgets``, ``exercises``, ``doctor``, ``catalog``
 commands (``python -m``)       ``labkit.check``, ``labkit.tasks``, ``labkit.build_tiny``,
-                               ``labkit.build_judge``, ``labkit.reference_runs``, ``labkit.bench``,
-                               ``labkit.bench_memory``, ``labkit.trl_train``,
+                               ``labkit.build_judge``, ``labkit.reference_runs``, ``labkit.scale.bench``,
+                               ``labkit.scale.bench_memory``, ``labkit.trl_train``,
                                ``labkit.section_times``
 TRL both ways                  ``trl_bridge`` (a lab recipe to TRL)
 the environment                ``compat`` (version floors, transformers' dialects), ``cpu``

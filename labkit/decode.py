@@ -91,7 +91,7 @@ GRAPH_LENGTH_BUCKET = 64
 #: Captured steps kept per model, the least recently used dropped first (a run's training and
 #: evaluation batches, an episode's first turn...). Each keeps its static KV cache allocated
 #: between calls (a graph replays at fixed addresses), so on a GPU the cache that
-#: :func:`labkit.memory.memory_plan` counts in the sampling phase stays allocated while the
+#: :func:`labkit.scale.memory.memory_plan` counts in the sampling phase stays allocated while the
 #: step trains.
 GRAPHS_PER_MODEL = 4
 
@@ -190,7 +190,7 @@ def static_cache_problem(model) -> str | None:
 
 
 def _has_switchable_adapters(model) -> bool:
-    """peft adapters (labkit.lora): they can be disabled for one call and enabled for the next."""
+    """peft adapters (labkit.scale.lora): they can be disabled for one call and enabled for the next."""
     return getattr(model, "peft_config", None) is not None
 
 

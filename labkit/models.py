@@ -45,7 +45,7 @@ ALIASES = {"tiny": TINY_MODEL_DIR, "tiny-tools": TOOL_MODEL_DIR}
 #: ``<org>--<name>`` as in the hub's cache): architecture only, no weights, no tokenizer files.
 CONFIGS_DIR = DATA_DIR / "models" / "configs"
 #: Hub ids whose published config ships in :data:`CONFIGS_DIR`, so that
-#: ``load_policy(hub_id, random_init=True)`` and :func:`labkit.memory.memory_plan` work offline.
+#: ``load_policy(hub_id, random_init=True)`` and :func:`labkit.scale.memory.memory_plan` work offline.
 SHIPPED_CONFIGS = ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen3-0.6B", "Qwen/Qwen2.5-1.5B-Instruct")
 
 # The chat-control tokens are Qwen's own and *special*: decoders with skip_special_tokens=True

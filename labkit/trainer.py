@@ -15,7 +15,7 @@ same way:
    policy's log-probs when the update is off-policy (``num_iterations > 1`` or several
    mini-batches) or when the sampler/trainer mismatch is corrected (:mod:`labkit.tricks.mismatch`,
    ``sampling_dtype``), the frozen reference's when ``beta != 0`` (with LoRA, the policy with
-   its adapters disabled: :mod:`labkit.lora`), the critic's values for PPO;
+   its adapters disabled: :mod:`labkit.scale.lora`), the critic's values for PPO;
 4. **advantages**: the registered estimator (:data:`labkit.advantages.ESTIMATOR_REGISTRY`: GRPO,
    GDPO, RLOO, ReMax, OPO, or GAE with the critic), or GFPO's filtered groups
    (:mod:`labkit.tricks.filters`);
@@ -101,7 +101,6 @@ from labkit.engine.setup import (
 )
 from labkit.evaluate import eval_metrics, evaluate
 from labkit.experience import Experience
-from labkit.lora import wrap_with_lora
 from labkit.losses import (
     LOCAL_AGGREGATIONS,
     LossType,
@@ -116,6 +115,7 @@ from labkit.models import ValueModel
 from labkit.offpolicy import correct_batch, make_producer
 from labkit.rewards import accuracy_reward
 from labkit.rewards.environment import check_environment_rewards
+from labkit.scale.lora import wrap_with_lora
 from labkit.tricks.filters import AdaptiveGFPO, dynamic_sampling_mask, gfpo_advantages, gfpo_filter
 from labkit.tricks.prompt_sampling import make_sampler
 from labkit.tricks.ptx import PTXData, ptx_nll
@@ -162,7 +162,7 @@ class Trainer:
         random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
         self.model, self.tokenizer = prepare_policy(cfg, model, tokenizer)
-        if cfg.use_peft:  # fresh adapters (seeded above); only they train (labkit.lora)
+        if cfg.use_peft:  # fresh adapters (seeded above); only they train (labkit.scale.lora)
             self.model = wrap_with_lora(self.model, cfg)
         self.device = next(self.model.parameters()).device
         self.reward_funcs, self.reward_names = prepare_reward_funcs(cfg, reward_funcs)

@@ -592,7 +592,7 @@ def memory_plan_figure(model: str = "Qwen/Qwen2.5-0.5B-Instruct", num_generation
                        dtype: str = "bfloat16", use_peft: bool = False, lora_r: int = 16,
                        lora_dropout: float = 0.05, gradient_checkpointing: bool = False,
                        beta: float = 0.0, gpus: Sequence[float] = (16, 24, 40, 80)) -> Figure:
-    """The memory bill of one GRPO step on a GPU (``labkit.memory.memory_plan`` with
+    """The memory bill of one GRPO step on a GPU (``labkit.scale.memory.memory_plan`` with
     ``device="cuda"``), drawn by ``labkit.viz.plot_memory_plan`` with the GPU sizes marked.
 
     The run is ``preset("grpo")`` with these fields; a ``micro_batch_size`` above the step's
@@ -602,7 +602,7 @@ def memory_plan_figure(model: str = "Qwen/Qwen2.5-0.5B-Instruct", num_generation
     the backward pass, which the planner counts.
     """
     from labkit.config import preset
-    from labkit.memory import memory_plan
+    from labkit.scale.memory import memory_plan
     from labkit.viz import plot_memory_plan
 
     completions = num_generations * prompts_per_step

@@ -1,4 +1,4 @@
-"""labkit.bench: the labkit-vs-TRL benchmark refuses a ratio that no training step stands behind,
+"""labkit.scale.bench: the labkit-vs-TRL benchmark refuses a ratio that no training step stands behind,
 reports each step's phases, and times the decode loops."""
 
 import time
@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from labkit.bench import PHASES, PhaseClock, Timings, main, reward_problem
+from labkit.scale.bench import PHASES, PhaseClock, Timings, main, reward_problem
 
 
 def timings(rewards, spreads) -> Timings:

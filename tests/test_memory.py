@@ -1,4 +1,4 @@
-"""labkit.memory: the planner's rows against real parameter counts, peft, and a measured step.
+"""labkit.scale.memory: the planner's rows against real parameter counts, peft, and a measured step.
 
 Fast: models are built on the ``meta`` device (shapes without memory), except one measured step
 of the tiny Qwen.
@@ -9,7 +9,8 @@ import torch
 from matplotlib.figure import Figure
 
 from labkit.config import TrainConfig
-from labkit.memory import (
+from labkit.models import SHIPPED_CONFIGS, count_parameters, load_model_config
+from labkit.scale.memory import (
     GPU_SIZES_GIB,
     gpu_fits,
     gpu_table,
@@ -17,7 +18,6 @@ from labkit.memory import (
     memory_plan,
     phase_totals,
 )
-from labkit.models import SHIPPED_CONFIGS, count_parameters, load_model_config
 from labkit.viz import plot_memory_plan
 
 SMALL = {"prompts_per_step": 2, "num_generations": 2, "max_completion_length": 16}
@@ -167,13 +167,13 @@ def test_plot_memory_plan_draws_one_stacked_bar_per_phase_and_the_gpu_lines():
 
 
 def test_planned_total_within_a_factor_of_the_measured_peak_of_a_real_step():
-    """One real trainer step of the tiny Qwen (labkit.bench_memory: float32, seed 0, 2 prompts x
+    """One real trainer step of the tiny Qwen (labkit.scale.bench_memory: float32, seed 0, 2 prompts x
     G = 2, 16 tokens, two steps): measured 0.021 GiB (peak RSS minus the baseline after a
     warm-up step), planned 0.018 GiB, -15% on the lab's CPU box. RSS at this scale moves with the C
     allocator's
     page reuse, so the test allows a factor of 2 either way."""
     pytest.importorskip("psutil")
-    from labkit.bench_memory import measure
+    from labkit.scale.bench_memory import measure
 
     threads = torch.get_num_threads()
     try:

@@ -20,11 +20,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from labkit import decode
 from labkit.agents.calculator import CalculatorEnv
 from labkit.agents.episodes import environments, run_episodes
-from labkit.bench_memory import alternating_reward
 from labkit.config import TrainConfig, preset
 from labkit.decode import decode_settings, plan_decoding
 from labkit.models import load_policy
 from labkit.rollout import generate, generate_from_ids
+from labkit.scale.bench_memory import alternating_reward
 from labkit.tasks import load_split
 from labkit.trainer import Trainer
 
@@ -291,7 +291,7 @@ def test_cuda_decoding_never_runs_cudnn_attention(cuda_tiny, prompts):
 
 @cuda
 def test_cuda_lora_adapters_are_not_captured(cuda_tiny):
-    from labkit.lora import wrap_with_lora
+    from labkit.scale.lora import wrap_with_lora
 
     model, _ = cuda_tiny
     lora = wrap_with_lora(copy.deepcopy(model), TrainConfig(use_peft=True))

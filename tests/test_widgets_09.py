@@ -1,6 +1,6 @@
 """Notebook 09's memory-planner widget (labkit.widgets.memory_plan_widget): headless and fast.
 
-The widget draws :func:`labkit.viz.plot_memory_plan` of :func:`labkit.memory.memory_plan`;
+The widget draws :func:`labkit.viz.plot_memory_plan` of :func:`labkit.scale.memory.memory_plan`;
 these tests check that what it draws is that plan (the tallest bar is the planned total), that
 its controls move the bill the way the planner says they should, and that its layout rules hold
 (a control that does not apply is disabled, a range that depends on another follows it).
@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from labkit import viz, widgets
 from labkit.config import preset
-from labkit.memory import memory_plan
+from labkit.scale.memory import memory_plan
 
 QWEN = "Qwen/Qwen2.5-0.5B-Instruct"
 

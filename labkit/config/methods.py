@@ -8,11 +8,13 @@ before every rule is known. A method module with a rule of its own joins the lis
 
 from labkit import (  # noqa: F401 (imported for what they register)
     advantages,
-    lora,
     losses,
     offpolicy,
 )
 from labkit.rewards import length  # noqa: F401
+from labkit.scale import (  # noqa: F401
+    lora,
+)
 from labkit.tricks import (  # noqa: F401
     filters,
     reference,

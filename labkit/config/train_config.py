@@ -174,7 +174,7 @@ class TrainConfig:
 
     # ---- LoRA (peft; TRL's ModelConfig names) ---------------------------------------------------
     use_peft: bool = _ranged(False, boolean)
-    """train LoRA adapters (labkit.lora, arXiv 2106.09685) instead of every weight; with beta > 0
+    """train LoRA adapters (labkit.scale.lora, arXiv 2106.09685) instead of every weight; with beta > 0
     the reference is the same model with its adapters disabled, not a copy (TRL)"""
     lora_r: int = _ranged(16, whole(1))
     """LoRA rank r (TRL default 16)"""

@@ -155,8 +155,8 @@ def train_with_trl(config: TrainConfig, *, model=None, tokenizer=None, train_dat
     """
     from trl import GRPOTrainer
 
-    from labkit.lora import lora_config
     from labkit.models import load_policy
+    from labkit.scale.lora import lora_config
     from labkit.tasks import load_split
 
     num_processes = num_processes_from_env() if num_processes is None else num_processes

@@ -163,7 +163,7 @@ DERIVED_FIELDS = {
     "save_every": "save_strategy='steps', save_steps in optimizer steps",
     "progress": "disable_tqdm",
     "model_name_or_path": "the model train_with_trl loads when given none",
-    "use_peft": "peft_config = labkit.lora.lora_config(config), given to GRPOTrainer by "
+    "use_peft": "peft_config = labkit.scale.lora.lora_config(config), given to GRPOTrainer by "
                 "train_with_trl (TRL's ModelConfig/get_peft_config names)",
     "lora_r": "peft_config's r",
     "lora_alpha": "peft_config's lora_alpha",

@@ -1,4 +1,4 @@
-"""Notebook 09 (scaling up): the memory planner's bill (:func:`labkit.memory.memory_plan`) as a
+"""Notebook 09 (scaling up): the memory planner's bill (:func:`labkit.scale.memory.memory_plan`) as a
 picture, one stacked bar per phase of a step against GPU sizes."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from labkit.memory import GPU_SIZES_GIB, PHASES, gpu_sizes
+from labkit.scale.memory import GPU_SIZES_GIB, PHASES, gpu_sizes
 from labkit.viz.style import FIGURE_DPI
 
 

@@ -1,4 +1,4 @@
-"""Surface 5: the memory planner (``labkit.memory``) with absurd shapes: a model config edited to
+"""Surface 5: the memory planner (``labkit.scale.memory``) with absurd shapes: a model config edited to
 hold 0, negative, fractional, NaN, string or 10**12 sizes; absurd run sizes; GPU lists that are
 not sizes. A huge but real size must give a huge plan; anything else is refused by name."""
 
@@ -42,13 +42,13 @@ def _assigned(**values):
 
 
 def _plan(model=None, **kwargs):
-    from labkit.memory import memory_plan
+    from labkit.scale.memory import memory_plan
 
     return memory_plan(_tiny_config() if model is None else model, **kwargs)
 
 
 def _memory_plan(model):
-    from labkit.memory import memory_plan
+    from labkit.scale.memory import memory_plan
 
     return memory_plan(model)
 
@@ -70,7 +70,7 @@ def _sane(plan):
 
 
 def cases() -> list[Case]:
-    from labkit.memory import gpu_fits, gpu_table, lora_trainable_parameters
+    from labkit.scale.memory import gpu_fits, gpu_table, lora_trainable_parameters
 
     c = []
 

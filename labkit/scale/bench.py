@@ -1,10 +1,10 @@
 """Benchmark one GRPO step of labkit against TRL's ``GRPOTrainer`` on the same model and data.
 
-    python -m labkit.bench [--steps 8] [--warmup 2] [--model tiny] [--threads 1]
-    python -m labkit.bench --device cuda --model Qwen/Qwen2.5-0.5B-Instruct --reward alternating
-    python -m labkit.bench --device cuda --model Qwen/Qwen2.5-0.5B-Instruct --reward alternating \
+    python -m labkit.scale.bench [--steps 8] [--warmup 2] [--model tiny] [--threads 1]
+    python -m labkit.scale.bench --device cuda --model Qwen/Qwen2.5-0.5B-Instruct --reward alternating
+    python -m labkit.scale.bench --device cuda --model Qwen/Qwen2.5-0.5B-Instruct --reward alternating \
         --only labkit    # (or --only trl): one trainer alone, for its peak GPU memory
-    python -m labkit.bench --decode [--device cuda]   # ms per decode step of each decode loop
+    python -m labkit.scale.bench --decode [--device cuda]   # ms per decode step of each decode loop
 
 Both sides run ONE :class:`~labkit.config.TrainConfig` (:func:`bench_config`): labkit's trainer
 reads it, and TRL's ``GRPOConfig`` is built from it by the TRL bridge
@@ -33,7 +33,7 @@ and half 0s, so every completion trains on both sides. Each side also reports it
 throughput (completion tokens per second of generation: labkit's ``generation_time``, TRL's
 ``_generate`` timed) and, alone (``--only``), its peak of live GPU tensors
 (``torch.cuda.max_memory_allocated``), beside the memory planner's total for labkit
-(:func:`labkit.memory.memory_plan`).
+(:func:`labkit.scale.memory.memory_plan`).
 
 Each side's step is also split into phases (:data:`PHASES`, :class:`PhaseClock`): sampling,
 the no-grad scoring forwards (behaviour or reference log-probs; none in this on-policy run
@@ -72,8 +72,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from labkit.bench_memory import alternating_reward, prompt_length
 from labkit.config import TrainConfig
+from labkit.scale.bench_memory import alternating_reward, prompt_length
 
 SETTINGS = {"prompts": 16, "num_generations": 8, "max_completion_length": 64,
             "learning_rate": 1e-6, "loss_type": "grpo", "seed": 0}
@@ -511,11 +511,11 @@ def main(argv=None) -> int:
         peak = torch.cuda.max_memory_allocated() / 2**30
         print(f"{args.only:>6}: peak GPU memory (max_memory_allocated) {peak:.2f} GiB")
         if args.only == "labkit":
-            from labkit.memory import memory_plan
+            from labkit.scale.memory import memory_plan
 
             plan = memory_plan(config.model_name_or_path, config, device=config.device,
                                prompt_length=prompt_length(labkit_trainer.tokenizer, dataset))
-            print(f"planner (labkit.memory.memory_plan): {plan.loc['total', 'GiB']:.2f} GiB")
+            print(f"planner (labkit.scale.memory.memory_plan): {plan.loc['total', 'GiB']:.2f} GiB")
     if problems:
         for problem in problems:
             print(f"no ratio: {problem}")

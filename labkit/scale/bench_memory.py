@@ -1,13 +1,13 @@
 """Check the memory planner against one real trainer step: planned total vs measured peak.
 
-    python -m labkit.bench_memory [--model tiny|Qwen/Qwen2.5-0.5B-Instruct] [--device cpu|cuda]
+    python -m labkit.scale.bench_memory [--model tiny|Qwen/Qwen2.5-0.5B-Instruct] [--device cpu|cuda]
                                   [--prompts 2] [--generations 2] [--completion-length 16]
 
 One :class:`labkit.trainer.Trainer` step (GRPO, seed 0) on the shipped tiny Qwen (its trained
 weights) or on a real Qwen shape built offline with random weights
 (``load_policy(hub_id, random_init=True)``), with a reward that alternates within each group so
 every completion has advantage +-1 and runs the training forward and backward. The planner
-(:func:`labkit.memory.memory_plan`) gets the same TrainConfig and the measured prompt length (the
+(:func:`labkit.scale.memory.memory_plan`) gets the same TrainConfig and the measured prompt length (the
 longest prompt of the step's data, chat template included).
 
 What is measured:
@@ -26,7 +26,7 @@ What is measured:
   model was built. It leaves out the CUDA context and the allocator's cached free blocks (what
   ``nvidia-smi`` adds), exactly as the planner does.
 
-The numbers measured on the lab's CPU box are in :mod:`labkit.memory`'s docstring.
+The numbers measured on the lab's CPU box are in :mod:`labkit.scale.memory`'s docstring.
 """
 
 from __future__ import annotations
@@ -172,8 +172,8 @@ def measure(model: str = "tiny", device: str = "cpu", prompts: int = 2, generati
     """
     import gc
 
-    from labkit.memory import memory_plan
     from labkit.models import load_policy
+    from labkit.scale.memory import memory_plan
     from labkit.tasks import load_split
     from labkit.trainer import Trainer
 

@@ -7,7 +7,6 @@ dynamic sampling drops).
 """
 
 import copy
-import functools
 import math
 import os
 import signal
@@ -15,7 +14,6 @@ import signal
 import pandas as pd
 import pytest
 import torch
-from small_trainer import small_trainer
 
 from labkit.config import preset
 from labkit.metrics import describe
@@ -40,7 +38,11 @@ def base(random_tiny):
     return random_tiny
 
 
-make_trainer = functools.partial(small_trainer, settings=SMALL, reward_funcs=(length_reward,))
+def make_trainer(base, name="grpo", reward_funcs=(length_reward,), callbacks=(), **overrides):
+    model, tokenizer, data = base
+    config = preset(name, **{**SMALL, **overrides})
+    return Trainer(config, model=copy.deepcopy(model), tokenizer=tokenizer, train_dataset=data,
+                   reward_funcs=list(reward_funcs), callbacks=callbacks)
 
 
 def without_timings(history: pd.DataFrame) -> pd.DataFrame:

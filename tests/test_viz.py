@@ -469,8 +469,8 @@ def test_no_slider_label_eats_its_track(builder, kwargs, n_axes, monkeypatch):
     monkeypatch.delenv("LABKIT_STATIC", raising=False)
     for slider in sliders(builder(**kwargs)):
         assert slider.style.description_width == "initial"
-        track = int(slider.layout.width.removesuffix("px")) - widgets._READOUT_PX \
-            - widgets._CHAR_PX * len(slider.description)
+        track = int(slider.layout.width.removesuffix("px")) - widgets.controls._READOUT_PX \
+            - widgets.controls._CHAR_PX * len(slider.description)
         assert track >= 200, (slider.description, slider.layout.width)
         assert len(slider.description) <= 21, slider.description
 

@@ -112,6 +112,6 @@ def test_interactive_widget_redraws_and_keeps_its_rules(monkeypatch, capsys):
     controls["model"].value = "tiny"
     assert "Cannot draw" not in capsys.readouterr().out
     for slider in (rank, micro, controls["completion tokens"]):
-        track = int(slider.layout.width.removesuffix("px")) - widgets._READOUT_PX \
-            - widgets._CHAR_PX * len(slider.description)
+        track = int(slider.layout.width.removesuffix("px")) - widgets.controls._READOUT_PX \
+            - widgets.controls._CHAR_PX * len(slider.description)
         assert track >= 200, slider.description

@@ -12,6 +12,9 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Headless: widgets draw their static figure with default settings (labkit.widgets).
 os.environ.setdefault("LABKIT_STATIC", "1")
+# A notebook's record() calls compare each value its prose quotes with the committed
+# notebooks/results/NN_name.json and fail the cell, naming the stale quotes (labkit.quotes).
+os.environ.setdefault("LABKIT_RESULTS", "check")
 
 # Each kernel starts with the suite's deprecation check (labkit.runtime.compat): a FutureWarning or
 # DeprecationWarning that a dependency raises inside a labkit call fails the cell, so no

@@ -6,12 +6,14 @@ most 8 tokens).
 """
 
 import copy
+import functools
 import json
 import warnings
 
 import pandas as pd
 import pytest
 import torch
+from small_trainer import small_trainer
 from text_rewards import length_reward
 
 from labkit.config import preset
@@ -23,7 +25,7 @@ from labkit.engine.checkpoint import (
 )
 from labkit.runtime.hashing import file_sha256
 from labkit.tasks import load_split
-from labkit.trainer import Trainer, train
+from labkit.trainer import train
 
 SMALL = {"prompts_per_step": 2, "num_generations": 2, "max_completion_length": 8,
          "max_steps": 1, "progress": False}
@@ -31,11 +33,7 @@ SMALL = {"prompts_per_step": 2, "num_generations": 2, "max_completion_length": 8
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def make_trainer(base, data=None, rewards=(length_reward,), environment=None, **overrides):
-    model, tokenizer, train_data = base
-    return Trainer(preset("grpo", **{**SMALL, **overrides}), model=copy.deepcopy(model),
-                   tokenizer=tokenizer, train_dataset=train_data if data is None else data,
-                   reward_funcs=list(rewards), environment_factory=environment)
+make_trainer = functools.partial(small_trainer, settings=SMALL, reward_funcs=(length_reward,))
 
 
 @pytest.fixture(scope="module")
@@ -173,9 +171,10 @@ def checkpoint(trained, tmp_path_factory):
 @pytest.mark.parametrize(("change", "kwargs", "named"), [
     ("data", {"data": "other"}, r"data 64 rows, sha256 \w{12} -> 64 rows, sha256 \w{12}"),
     ("data", {"data": "reordered"}, r"data 64 rows, sha256 \w{12} -> 64 rows, sha256 \w{12}"),
-    ("rewards", {"rewards": (format_only_reward,)},
+    ("rewards", {"reward_funcs": (format_only_reward,)},
      r"rewards \[length x 1\] -> \[format_only x 1\]"),
-    ("environment", {"environment": Counter}, r"environment none -> test_data_safety.Counter"),
+    ("environment", {"environment_factory": Counter},
+     r"environment none -> test_data_safety.Counter"),
 ])
 def test_resuming_with_other_inputs_is_refused_naming_the_change_and_the_override(
         random_tiny, checkpoint, change, kwargs, named):

@@ -2,17 +2,17 @@
 adapters disabled, checkpoints resume, a LoRA GRPO run learns, and merge-and-save gives a plain
 model. All on the shipped tiny Qwen, one thread."""
 
-import copy
+import functools
 
 import pytest
 import torch
+from small_trainer import small_trainer
 
-from labkit.config import TrainConfig, preset
+from labkit.config import TrainConfig
 from labkit.engine.forward import completion_logprobs, no_grad_outputs
-from labkit.models import TINY_MODEL_DIR, load_policy
+from labkit.models import TINY_MODEL_DIR
 from labkit.scale.lora import is_lora_model, merge_and_save, trainable_parameter_count
 from labkit.tasks import load_split
-from labkit.trainer import Trainer
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),
               pytest.mark.skipif(not TINY_MODEL_DIR.exists(),
@@ -30,16 +30,12 @@ def alternating_reward(prompts, completions, **columns):
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    return load_policy("tiny", device="cpu", dtype="float32")
+def tiny(shipped_tiny):
+    """The shipped tiny Qwen, its tokenizer and 32 rows of the train split."""
+    return (*shipped_tiny, load_split("train").select(range(32)))
 
 
-def make_trainer(tiny, **overrides):
-    model, tokenizer = tiny
-    config = preset("grpo", **{**SMALL, **overrides})
-    return Trainer(config, model=copy.deepcopy(model), tokenizer=tokenizer,
-                   train_dataset=load_split("train").select(range(32)),
-                   reward_funcs=[alternating_reward])
+make_trainer = functools.partial(small_trainer, settings=SMALL, reward_funcs=[alternating_reward])
 
 
 def test_only_the_adapters_train(tiny):

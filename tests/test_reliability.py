@@ -8,6 +8,7 @@ The runs are a few steps of a randomly initialised tiny Qwen (4 prompts x 4 comp
 
 import copy
 import dataclasses
+import functools
 import math
 import os
 import pickle
@@ -18,9 +19,10 @@ import warnings
 import pandas as pd
 import pytest
 import torch
+from small_trainer import small_trainer
 from text_rewards import length_reward
 
-from labkit.config import TrainConfig, preset
+from labkit.config import TrainConfig
 from labkit.config import train_config as config_module
 from labkit.engine.checkpoint import CheckpointError, load_checkpoint, load_state
 from labkit.engine.run_control import guarded_optimizer_step
@@ -29,7 +31,7 @@ from labkit.metrics import StepStats
 from labkit.rewards import RewardFunctionError, combine_rewards_by_weight
 from labkit.rollout import prompt_text
 from labkit.tasks import load_split
-from labkit.trainer import TIMING_COLUMNS, Trainer
+from labkit.trainer import TIMING_COLUMNS
 
 SMALL = {"prompts_per_step": 4, "num_generations": 4, "max_completion_length": 16,
          "max_steps": 3, "progress": False}
@@ -42,14 +44,7 @@ def base(random_tiny):
     return random_tiny
 
 
-def make_trainer(base, name="grpo", reward_funcs=(length_reward,), callbacks=(), data=None,
-                 **overrides):
-    model, tokenizer, train_data = base
-    config = preset(name, **{**SMALL, **overrides})
-    return Trainer(config, model=copy.deepcopy(model), tokenizer=tokenizer,
-                   train_dataset=train_data if data is None else data,
-                   reward_funcs=None if reward_funcs is None else list(reward_funcs),
-                   callbacks=callbacks)
+make_trainer = functools.partial(small_trainer, settings=SMALL, reward_funcs=(length_reward,))
 
 
 def weights(model) -> dict:

@@ -4,19 +4,18 @@ Runs are one or two steps of a randomly initialised tiny Qwen (4 prompts x 4 com
 most 16 tokens), or single stages of a step (sample, score, advantages) inspected directly.
 """
 
-import copy
+import functools
 import math
 
 import pytest
 import torch
+from small_trainer import small_trainer
 
 from labkit.advantages import ESTIMATOR_REGISTRY, combine_rewards
-from labkit.config import preset
 from labkit.engine.forward import completion_logprobs
 from labkit.losses import LOSS_REGISTRY
 from labkit.rewards.length import length_shaped_rewards
 from labkit.tasks import load_split
-from labkit.trainer import Trainer
 from labkit.tricks.temperature import temperature_at
 
 SMALL = {"prompts_per_step": 4, "num_generations": 4, "max_completion_length": 16,
@@ -38,11 +37,7 @@ def base(random_tiny):
     return random_tiny
 
 
-def make_trainer(base, name="grpo", reward_funcs=(length_reward,), **overrides):
-    model, tokenizer, data = base
-    config = preset(name, **{**SMALL, **overrides})
-    return Trainer(config, model=copy.deepcopy(model), tokenizer=tokenizer, train_dataset=data,
-                   reward_funcs=None if reward_funcs is None else list(reward_funcs))
+make_trainer = functools.partial(small_trainer, settings=SMALL, reward_funcs=(length_reward,))
 
 
 @pytest.mark.parametrize("overrides", [

@@ -7,6 +7,7 @@ dynamic sampling drops).
 """
 
 import copy
+import functools
 import math
 import os
 import signal
@@ -14,6 +15,7 @@ import signal
 import pandas as pd
 import pytest
 import torch
+from small_trainer import small_trainer
 
 from labkit.config import preset
 from labkit.metrics import describe
@@ -38,11 +40,7 @@ def base(random_tiny):
     return random_tiny
 
 
-def make_trainer(base, name="grpo", reward_funcs=(length_reward,), callbacks=(), **overrides):
-    model, tokenizer, data = base
-    config = preset(name, **{**SMALL, **overrides})
-    return Trainer(config, model=copy.deepcopy(model), tokenizer=tokenizer, train_dataset=data,
-                   reward_funcs=list(reward_funcs), callbacks=callbacks)
+make_trainer = functools.partial(small_trainer, settings=SMALL, reward_funcs=(length_reward,))
 
 
 def without_timings(history: pd.DataFrame) -> pd.DataFrame:

@@ -91,7 +91,8 @@ def _gspo(**overrides) -> TrainConfig:
     ratio moves off 1 (on-policy, GSPO equals GRPO).
 
     Lab deviations: G = 8 (paper 16), 16 prompts per step (paper 512 in 4 mini-batches of 128,
-    kept here as 4 mini-batches of 4 prompts' completions); the GRPO preset's learning rate.
+    kept here as 4 mini-batches of 32 completions, shuffled across the groups before the split
+    as TRL does); the GRPO preset's learning rate.
     """
     values = {"importance_sampling_level": "sequence", "loss_type": "grpo", "epsilon": 3e-4,
               "epsilon_high": 4e-4, "beta": 0.0, "num_mini_batches": 4}

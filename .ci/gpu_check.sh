@@ -68,9 +68,9 @@ git log -1 --format='commit %h %s' 2>/dev/null | cut -c1-100
 } | tee "$OUT/versions.txt"
 
 echo "== 1. decode loops, tiny Qwen"
-run 60 decode_tiny.txt python3 -m labkit.scale.bench --decode --device cuda --dtype bfloat16 --rounds 5
+run 60 decode_tiny.txt python3 -m labkit bench --decode --device cuda --dtype bfloat16 --rounds 5
 echo "== 1. decode loops, Qwen2.5-0.5B shape"
-run 60 decode_05b.txt python3 -m labkit.scale.bench --decode --device cuda --rounds 3 \
+run 60 decode_05b.txt python3 -m labkit bench --decode --device cuda --rounds 3 \
     --model Qwen/Qwen2.5-0.5B-Instruct
 
 echo "== 2. CUDA tests"
@@ -99,8 +99,8 @@ print(f"eval pass@1 {before:.1%} -> {after:.1%}; notebook 02 asserts a gain abov
 PY
 
 echo "== 4. bench with phases, Qwen2.5-0.5B shape"
-run 90 bench_05b.txt python3 -m labkit.scale.bench --device cuda --model Qwen/Qwen2.5-0.5B-Instruct \
+run 90 bench_05b.txt python3 -m labkit bench --device cuda --model Qwen/Qwen2.5-0.5B-Instruct \
     --reward alternating --steps 5 --warmup 2
 echo "== 4. bench with phases, Qwen2.5-1.5B shape"
-run 100 bench_15b.txt python3 -m labkit.scale.bench --device cuda --model Qwen/Qwen2.5-1.5B-Instruct \
+run 100 bench_15b.txt python3 -m labkit bench --device cuda --model Qwen/Qwen2.5-1.5B-Instruct \
     --reward alternating --steps 3 --warmup 1

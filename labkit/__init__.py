@@ -18,10 +18,10 @@ the run                        ``config`` (every knob, validated; presets), ``tr
                                algorithm box), ``engine/`` (its machinery: no notebook needs it),
                                ``rules``/``methods`` (each method's config rules)
 teaching tools                 ``viz/``, ``widgets``, ``exercises``, ``doctor``, ``catalog``
-commands (``python -m``)       ``labkit.check``, ``labkit.tasks``, ``labkit.build_tiny``,
-                               ``labkit.build_judge``, ``labkit.reference_runs``, ``labkit.scale.bench``,
+commands (``python -m``)       ``labkit.commands.check``, ``labkit.tasks``, ``labkit.commands.build_tiny``,
+                               ``labkit.commands.build_judge``, ``labkit.commands.reference_runs``, ``labkit.scale.bench``,
                                ``labkit.scale.bench_memory``, ``labkit.trl_train``,
-                               ``labkit.section_times``
+                               ``labkit.commands.section_times``
 TRL both ways                  ``trl_bridge`` (a lab recipe to TRL)
 the environment                ``compat`` (version floors, transformers' dialects), ``cpu``
                                (threads within a container's quota)

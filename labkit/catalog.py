@@ -720,7 +720,7 @@ CATALOG: tuple[Method, ...] = (
         id="generative-judge",
         changes="reward",
         functions=("labkit.rewards.judge.JudgeReward", "labkit.rewards.judge.yes_probability",
-                   "labkit.rewards.judge.judge_agreement", "labkit.build_judge.build"),
+                   "labkit.rewards.judge.judge_agreement", "labkit.commands.build_judge.build"),
         notebook=_NB["rewards"],
         tests=(("tests/test_judge.py::"
                 "test_equal_logits_give_one_half_and_the_score_is_a_probability"),

@@ -5,7 +5,7 @@ Two model worlds share this one entry point, :func:`load_policy`:
 * the **tiny Qwen** shipped in ``data/models/tiny-qwen`` (the default; nothing to download): a real
   ``transformers`` Qwen3 architecture with a character-level tokenizer whose format tags
   (``<think>``, ``</think>``, ``<answer>``, ``</answer>``) are single tokens and a Qwen-style chat
-  template. ``python -m labkit.build_tiny`` rebuilds it;
+  template. ``python -m labkit build_tiny`` rebuilds it;
 * a **real small Qwen** (``Qwen/Qwen2.5-0.5B-Instruct``, ``Qwen/Qwen3-0.6B``...) by hub id, for
   machines with a network and usually a GPU.
 
@@ -35,7 +35,7 @@ from labkit.runtime.compat import cache_kwargs, enable_activation_checkpointing
 #: Where the shipped data lives; ``LABKIT_DATA`` overrides it (e.g. a read-only install).
 DATA_DIR = Path(os.environ.get("LABKIT_DATA", Path(__file__).resolve().parent.parent / "data"))
 TINY_MODEL_DIR = DATA_DIR / "models" / "tiny-qwen"
-#: The tiny Qwen warm-started to call tools as well (``python -m labkit.agents.build``).
+#: The tiny Qwen warm-started to call tools as well (``python -m labkit build_tools``).
 TOOL_MODEL_DIR = DATA_DIR / "models" / "tiny-qwen-tools"
 
 #: Short names accepted by :func:`load_policy` in place of a path or hub id.
@@ -284,7 +284,7 @@ def load_policy(
     if path == str(TINY_MODEL_DIR) and not TINY_MODEL_DIR.exists():
         raise FileNotFoundError(
             f"The tiny model is missing from {TINY_MODEL_DIR}; rebuild it with "
-            "`python -m labkit.build_tiny`."
+            "`python -m labkit build_tiny`."
         )
     dev = pick_device(device)
     dt = pick_dtype(dev, dtype)

@@ -15,7 +15,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 
 #: Seconds each long-running file takes on one worker (2-core reference machine, measured with
-#: ``pytest --durations`` and ``python -m labkit.section_times``). The suite runs these first,
+#: ``pytest --durations`` and ``python -m labkit section_times``). The suite runs these first,
 #: longest first, so that two workers finish together instead of one running the longest file
 #: alone at the end (``--dist loadfile --no-loadscope-reorder`` in pyproject.toml keeps this
 #: order). A new file that takes more than a minute belongs here.

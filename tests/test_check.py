@@ -1,4 +1,4 @@
-"""labkit.check: the preflight check passes on this install and names what is broken when a
+"""labkit.commands.check: the preflight check passes on this install and names what is broken when a
 file, a package or the machine falls short."""
 
 import json
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from labkit import check
+from labkit.commands import check
 from labkit.runtime import compat, cpu
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,7 +36,7 @@ def _run_check(*args: str, data_dir: Path | None = None):
     env = {k: v for k, v in os.environ.items() if k != "LABKIT_DATA"} | {"LABKIT_THREADS": "1"}
     if data_dir is not None:
         env["LABKIT_DATA"] = str(data_dir)
-    return subprocess.run([sys.executable, "-m", "labkit.check", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "labkit.commands.check", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300, check=False)
 
 
@@ -83,7 +83,7 @@ def test_a_corrupted_model_file_fails_naming_it_and_how_to_restore_it(tmp_path):
     verdict = done.stdout[done.stdout.index("NOT READY"):]
     assert f"data/{MODEL_FILE} is corrupted" in verdict
     assert f"git checkout -- data/{MODEL_FILE}" in verdict
-    assert "python -m labkit.build_tiny" in verdict
+    assert "python -m labkit build_tiny" in verdict
     assert re.search(r"^skip +model +skipped: the data check failed", done.stdout, re.MULTILINE)
 
 
@@ -127,7 +127,7 @@ def test_a_missing_file_is_named(tmp_path):
     assert row.status == "fail"
     assert "missing tasks/eval.jsonl" in row.detail
     expected = ("data/tasks/eval.jsonl is missing: git checkout -- data/tasks/eval.jsonl (or "
-                "rebuild: python -m labkit.tasks --out data/tasks, then python -m labkit.check "
+                "rebuild: python -m labkit tasks --out data/tasks, then python -m labkit check "
                 "--write-manifest)")
     assert row.fixes == (expected,)
 

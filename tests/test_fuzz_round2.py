@@ -94,7 +94,7 @@ def test_deployment_authentication(case):
 
 # ---- 1. a spec is data: nothing in it is imported or run ---------------------------------------
 def test_no_spec_imports_or_runs_code(monkeypatch):
-    from labkit import reference_runs
+    from labkit.commands import reference_runs
 
     folder = scratch("code")
     marker = folder / "ran"
@@ -126,7 +126,7 @@ def test_no_spec_imports_or_runs_code(monkeypatch):
 
 
 def test_a_bad_spec_among_several_stops_the_command_before_any_training(monkeypatch):
-    from labkit import reference_runs
+    from labkit.commands import reference_runs
 
     trained = []
     monkeypatch.setattr(reference_runs, "train", lambda *a, **k: trained.append(a))

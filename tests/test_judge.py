@@ -1,4 +1,4 @@
-"""labkit.rewards.judge and labkit.build_judge: the GenRM score, the reward's blindness to the answer, the
+"""labkit.rewards.judge and labkit.commands.build_judge: the GenRM score, the reward's blindness to the answer, the
 shipped judge's agreement with the rule verifier, and a smoke build."""
 
 import json
@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 import torch
 
-from labkit.build_judge import judge_examples
-from labkit.build_judge import main as build_judge_main
+from labkit.commands.build_judge import judge_examples
+from labkit.commands.build_judge import main as build_judge_main
 from labkit.models import CONTROL_TOKENS, TINY_MODEL_DIR, build_char_tokenizer
 from labkit.rewards.judge import (
     JUDGE_DIR,
@@ -25,7 +25,7 @@ from labkit.rewards.judge import (
     yes_probability,
 )
 
-#: The shipped judge's agreement with the verifier is measured by ``python -m labkit.build_judge``
+#: The shipped judge's agreement with the verifier is measured by ``python -m labkit build_judge``
 #: (build_info.json, ``held_out``: the eval split's add/sub problems, k = 4 samples of the tiny
 #: policy, seed 1). The test re-measures on other samples (k = 1, seed 5) and asks for at least
 #: that number minus this margin.
@@ -167,7 +167,7 @@ def test_judge_examples_are_balanced_distinct_and_seeded():
 @pytest.mark.skipif(not (JUDGE_DIR / "config.json").exists() or not TINY_MODEL_DIR.exists(),
                     reason="the shipped judge or policy is missing")
 def test_shipped_judge_agrees_with_the_verifier_on_held_out_completions():
-    from labkit.build_judge import FAMILIES, labelled_samples
+    from labkit.commands.build_judge import FAMILIES, labelled_samples
     from labkit.models import load_policy
     from labkit.tasks import load_split
 

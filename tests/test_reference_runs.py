@@ -10,8 +10,14 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
+from labkit.commands.reference_runs import (
+    COMMAND_LINE,
+    OLDER_COMMAND_LINES,
+    load_spec,
+    run_history,
+    run_spec,
+)
 from labkit.models import TINY_MODEL_DIR
-from labkit.reference_runs import load_spec, run_history, run_spec
 from labkit.viz import load_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,7 +50,7 @@ def test_run_spec_writes_a_log_that_load_run_reads_back(tmp_path):
         "seeds": [0, 1], "data": {"families": ["sub"], "difficulties": [3]}}))
     out = run_spec(spec, threads=1)
     df = load_run(out)
-    assert df.attrs["command"] == f"python -m labkit.reference_runs {spec.as_posix()}"
+    assert df.attrs["command"] == f"python -m labkit reference_runs {spec.as_posix()}"
     assert list(df["seed"]) == [0, 0, 0, 1, 1, 1] and list(df["step"]) == [0, 1, 2] * 2
     assert df["eval_accuracy"].notna().tolist() == [True, False, True] * 2
     assert not [c for c in df if c.endswith(("_x", "_y"))]
@@ -76,7 +82,7 @@ def test_a_spec_names_its_rewards_and_its_eval_cells(tmp_path):
 
 
 def test_a_reward_outside_the_named_ones_is_refused_with_the_list(tmp_path):
-    from labkit.reference_runs import reward_funcs
+    from labkit.commands.reference_runs import reward_funcs
     from labkit.rewards import NAMED_REWARDS
 
     with pytest.raises(ValueError, match="is not one of the lab's named rewards") as refused:
@@ -95,7 +101,7 @@ def test_a_spec_cannot_import_or_run_code(tmp_path):
         spec = tmp_path / "spec.json"
         spec.write_text(json.dumps({"preset": "grpo", "overrides": {"max_steps": 1},
                                     "reward_funcs": [name]}))
-        done = subprocess.run([sys.executable, "-m", "labkit.reference_runs", str(spec)],
+        done = subprocess.run([sys.executable, "-m", "labkit.commands.reference_runs", str(spec)],
                               cwd=tmp_path, capture_output=True, text=True, timeout=300,
                               env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
         assert done.returncode != 0
@@ -120,6 +126,14 @@ def test_a_spec_named_csv_is_refused_before_its_log_overwrites_it(tmp_path):
         assert spec.read_bytes() == before
 
 
+@pytest.mark.parametrize("first", [COMMAND_LINE, *OLDER_COMMAND_LINES])  # a learner's older log
+def test_a_log_this_command_wrote_may_be_replaced(tmp_path, first):
+    spec = tmp_path / "run.json"
+    spec.write_text(json.dumps({"preset": "grpo", "overrides": TINY_OVERRIDES}))
+    (tmp_path / "run.csv").write_text(f"{first}{spec.as_posix()}\nseed,step\n9,9\n")
+    assert load_spec(spec)["preset"] == "grpo"
+
+
 @pytest.mark.parametrize(("content", "kind"), [
     (b"name,grade\nada,A\n", "did not write"), (None, "a folder")])
 def test_a_csv_beside_the_spec_that_the_lab_did_not_write_is_refused(tmp_path, content, kind):
@@ -135,7 +149,7 @@ def test_a_csv_beside_the_spec_that_the_lab_did_not_write_is_refused(tmp_path, c
     assert (out.read_bytes() == content) if content is not None else out.is_dir()
 
 
-#: Runs ``python -m labkit.reference_runs`` (through runpy, as ``-m`` does) with two hooks into
+#: Runs ``python -m labkit reference_runs`` (through runpy, as ``-m`` does) with two hooks into
 #: the trainer: each seed's start is logged, and the first step of the first seed writes a marker
 #: and then waits, so that the parent's signal lands inside a seed, between two steps (the other
 #: steps do not wait: a command that goes on after the signal finishes quickly).
@@ -162,8 +176,8 @@ def waiting_step(self):
     return row
 
 trainer.Trainer.__init__, trainer.Trainer.training_step = logged_init, waiting_step
-sys.argv = ["labkit.reference_runs", *sys.argv[3:]]
-runpy.run_module("labkit.reference_runs", run_name="__main__", alter_sys=True)
+sys.argv = ["labkit.commands.reference_runs", *sys.argv[3:]]
+runpy.run_module("labkit.commands.reference_runs", run_name="__main__", alter_sys=True)
 """
 
 
@@ -178,7 +192,7 @@ def test_an_interrupt_stops_the_command_and_keeps_the_committed_log(tmp_path, si
 
     spec = tmp_path / "run.json"
     spec.write_text(json.dumps({"preset": "grpo", "overrides": TINY_OVERRIDES, "seeds": [0, 1]}))
-    committed = (f"# command: python -m labkit.reference_runs {spec.as_posix()}\n"
+    committed = (f"# command: python -m labkit reference_runs {spec.as_posix()}\n"
                  f"seed,step,reward\n0,1,0.5\n").encode()
     (tmp_path / "run.csv").write_bytes(committed)
     driver = tmp_path / "driver.py"
@@ -212,8 +226,8 @@ def test_a_finished_run_replaces_its_own_log(tmp_path):
     spec = tmp_path / "run.json"
     spec.write_text(json.dumps({"preset": "grpo", "overrides": {**TINY_OVERRIDES,
                                                                  "max_steps": 1}}))
-    (tmp_path / "run.csv").write_text(f"# command: python -m labkit.reference_runs "
-                                      f"{spec.as_posix()}\nseed,step\n9,9\n")
+    (tmp_path / "run.csv").write_text(f"{OLDER_COMMAND_LINES[0]}{spec.as_posix()}\nseed,step\n9,9\n")
     df = load_run(run_spec(spec, threads=1))
     assert list(df["seed"]) == [0] and list(df["step"]) == [1]
+    assert df.attrs["command"] == f"python -m labkit reference_runs {spec.as_posix()}"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.csv", "run.json"]

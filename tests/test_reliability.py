@@ -91,7 +91,7 @@ def test_a_crafted_checkpoint_runs_no_code(base, tmp_path):
 
 
 def test_reference_run_specs_cannot_resume_from_a_checkpoint(tmp_path):
-    from labkit.reference_runs import load_spec
+    from labkit.commands.reference_runs import load_spec
 
     spec = tmp_path / "run.json"
     spec.write_text('{"preset": "grpo", "overrides": {"resume_from": "/tmp/x"}}')

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from labkit.agents.guessing import GuessingEnv, guessing_dataset
+from labkit.commands.reference_runs import load_spec
 from labkit.config import preset
-from labkit.reference_runs import load_spec
 from labkit.rewards import (
     RewardFunctionError,
     accuracy_reward,

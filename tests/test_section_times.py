@@ -1,4 +1,4 @@
-"""labkit.section_times: sections by `##` heading, real kernel timings, one thread per kernel.
+"""labkit.commands.section_times: sections by `##` heading, real kernel timings, one thread per kernel.
 
 The notebooks here are small ones written by the tests (a real kernel executes them), not the
 lab's: those take minutes.
@@ -10,8 +10,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from labkit import section_times
-from labkit.section_times import (
+from labkit.commands import section_times
+from labkit.commands.section_times import (
     CellTime,
     execute_timed,
     group_by_section,
@@ -133,7 +133,7 @@ def test_main_writes_json_and_markdown(tmp_path):
     assert status == 0
     report = json.loads(out_json.read_text())
     [record] = report["notebooks"]
-    assert record["command"].startswith("python -m labkit.section_times 07 ")
+    assert record["command"].startswith("python -m labkit section_times 07 ")
     assert record["machine"]["threads_per_kernel"] == 1
     assert record["machine"]["logical_cores"] >= 1
     assert record["notebook"] == "07_tiny.ipynb" and record["status"] == "ok"
@@ -188,7 +188,7 @@ def test_default_paths_point_into_the_repository():
 def test_saved_notebooks_drop_widget_state_but_keep_each_outputs_text():
     import nbformat
 
-    from labkit.section_times import WIDGET_VIEW, without_widget_state
+    from labkit.commands.section_times import WIDGET_VIEW, without_widget_state
 
     nb = nbformat.v4.new_notebook(metadata={"widgets": {"state": {"m": {}}}})
     cell = nbformat.v4.new_code_cell("bar()")
@@ -203,7 +203,7 @@ def test_saved_notebooks_drop_widget_state_but_keep_each_outputs_text():
 # ---- a run merges into the report, saves as it goes, and refuses what it cannot do up front ------
 def old_format_report(*notebooks):
     """A report as the committed one was written: one machine and command, CPU times only."""
-    return {"command": "python -m labkit.section_times", "cell_timeout_s": 900,
+    return {"command": "python -m labkit section_times", "cell_timeout_s": 900,
             "machine": {"cpu": "Old CPU", "logical_cores": 2, "threads_per_kernel": 1,
                         "memory_gib": 8.0, "os": "Linux", "python": "3.11.7", "torch": "2.13.0",
                         "transformers": "5.24.0", "date": "2026-11-26 00:48 UTC",
@@ -236,12 +236,12 @@ def test_one_notebook_merges_into_the_report_and_keeps_the_others(tmp_path):
     report = json.loads(out_json.read_text())
     tour, small = report["notebooks"]
     assert (tour["notebook"], tour["wall_s"], tour["device"]) == ("00_tour.ipynb", 22.0, "cpu")
-    assert tour["machine"]["cpu"] == "Old CPU" and tour["command"] == "python -m labkit.section_times"
+    assert tour["machine"]["cpu"] == "Old CPU" and tour["command"] == "python -m labkit section_times"
     assert small["notebook"] == "01_small.ipynb" and small["wall_s"] < 99.0
     assert small["machine"]["cpu"] != "Old CPU"
     text = out_md.read_text()
     assert "| 00_tour.ipynb | 1 | 22.0 | 22.0 | unmeasured | unmeasured | ok |" in text
-    assert "**cpu**, 00_tour.ipynb: measured with `python -m labkit.section_times` on " \
+    assert "**cpu**, 00_tour.ipynb: measured with `python -m labkit section_times` on " \
            "2026-11-26 00:48 UTC" in text
     assert markdown_report(report) == text
 
@@ -296,13 +296,13 @@ def test_an_output_file_that_is_not_a_report_is_refused_and_kept(tmp_path, capsy
                flag: str(path)}
     with pytest.raises(SystemExit):
         main(["--notebooks-dir", str(folder), *[a for pair in outputs.items() for a in pair]])
-    assert f"{flag} {path} is not a report of python -m labkit.section_times" in \
+    assert f"{flag} {path} is not a report of python -m labkit section_times" in \
         capsys.readouterr().err
     assert path.read_text() == content
 
 
 def test_the_markdown_has_a_column_per_device():
-    from labkit.section_times import records_of
+    from labkit.commands.section_times import records_of
 
     cpu = records_of(old_format_report(("00_tour.ipynb", 20.0), ("01_ppo.ipynb", 180.0)))
     gpu = {**cpu[1], "device": "cuda", "wall_s": 30.0, "cpu_s": 29.0,
@@ -318,7 +318,7 @@ def test_the_markdown_has_a_column_per_device():
 
 
 def test_kernel_env_hides_the_gpus_on_cpu_only():
-    from labkit.section_times import kernel_env
+    from labkit.commands.section_times import kernel_env
 
     assert kernel_env("cpu")["CUDA_VISIBLE_DEVICES"] == ""
     assert "CUDA_VISIBLE_DEVICES" not in kernel_env("cuda")
@@ -359,7 +359,7 @@ def test_the_readme_and_the_guide_show_the_committed_report():
         text = page.read_text(encoding="utf-8")
         assert section_times.with_summary(text, table, page) == text, (
             f"{page.name}'s notebook times differ from section_times.json: run "
-            f"python -m labkit.section_times --render")
+            f"python -m labkit section_times --render")
 
 
 def test_the_summary_names_each_machine_and_marks_unmeasured_devices():

@@ -16,7 +16,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.usefixtures("one_thread"),
     pytest.mark.skipif(not TOOL_MODEL_DIR.exists(), reason="the tool model is missing "
-                       "(python -m labkit.build_tools)"),
+                       "(python -m labkit build_tools)"),
     pytest.mark.skipif(version_tuple(installed_version("transformers")) < (5, 13),
                        reason="TRL parses tool calls with response templates from "
                               "transformers 5.13"),

@@ -1,6 +1,6 @@
 """TRL's GRPOTrainer really runs distributed from the lab's entry point: two CPU processes, gloo.
 
-``python -m labkit.trl_train`` is launched as CI would launch it on GPUs, with
+``python -m labkit trl_train`` is launched as CI would launch it on GPUs, with
 ``accelerate launch --config_file labkit/trl_bridge/launch/cpu_2proc.yaml``, for 2 steps of the
 GRPO preset on the shipped tiny Qwen (1 prompt x 8 completions per step, so each rank samples 4
 completions of the same prompt and every group spans both ranks). The test then checks:

@@ -229,7 +229,7 @@ def write_log(path, command=None, **columns):
 
 
 def test_load_run_reads_the_command_header(tmp_path):
-    cmd = "python -m labkit.train --preset grpo --steps 3"
+    cmd = "python -m labkit trl_train --preset grpo --max-steps 3"
     df = viz.load_run(write_log(tmp_path / "a.csv", cmd, step=[0, 1, 2], reward=[0.1, 0.2, 0.4]))
     assert df.attrs["command"] == cmd
     assert list(df.columns) == ["step", "reward"] and len(df) == 3
@@ -238,7 +238,7 @@ def test_load_run_reads_the_command_header(tmp_path):
 
 
 def test_plot_runs_skips_missing_columns_smooths_and_says_how_to_regenerate(tmp_path):
-    cmd = "python -m labkit.train --preset dapo"
+    cmd = "python -m labkit trl_train --preset dapo"
     a = viz.load_run(write_log(tmp_path / "a.csv", cmd, step=range(10), reward=np.arange(10.0),
                                accuracy=np.linspace(0, 1, 10)))
     b = pd.DataFrame({"reward": np.ones(5)})  # no accuracy, no step column: index on x
@@ -342,7 +342,7 @@ def test_figures_render_as_png_in_ipython():
 
 def test_runs_summary_reads_start_end_and_best_from_a_reference_log(tmp_path):
     log = tmp_path / "run.csv"
-    log.write_text("# command: python -m labkit.reference_runs run.json\n"
+    log.write_text("# command: python -m labkit reference_runs run.json\n"
                    "step,reward,completions_trained,step_time,eval_accuracy,eval_length\n"
                    "0,,,,0.25,20\n1,1.0,64,2.0,,\n2,1.5,32,4.0,0.5,30\n3,1.2,48,3.0,0.4,28\n")
     table = viz.runs_summary({"a": viz.load_run(log)})
@@ -380,13 +380,13 @@ def test_plot_runs_of_many_logs_stays_within_its_own_width(tmp_path):
             columns["kl_ref"] = np.linspace(0, 0.1, 10)
         runs[f"variant_number_{k}"] = viz.load_run(write_log(
             tmp_path / f"variant_number_{k}.csv",
-            f"python -m labkit.reference_runs data/runs/07_exploration/variant_number_{k}.json",
+            f"python -m labkit reference_runs data/runs/07_exploration/variant_number_{k}.json",
             **columns))
     fig = viz.plot_runs(runs, metrics=("reward", "kl_ref"))
     try:
         assert "13 of 16 runs lack it" in fig.axes[1].get_title()
         assert " ".join(fig.texts[0].get_text().split()) == (
-            "regenerate: python -m labkit.reference_runs data/runs/07_exploration/<name>.json")
+            "regenerate: python -m labkit reference_runs data/runs/07_exploration/<name>.json")
         FigureCanvasAgg(fig)
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", bbox_inches="tight", pad_inches=0)
@@ -651,7 +651,7 @@ def seeded_log(tmp_path):
                           "step_time": [np.nan, 1, 1, np.nan, 2, 2],
                           "eval_accuracy": [0.2, np.nan, 0.5, 0.4, np.nan, 0.6],
                           "eval_length": [10, np.nan, 12, 10, np.nan, 16]})
-    return viz.load_run(write_log(tmp_path / "s.csv", "python -m labkit.reference_runs s.json",
+    return viz.load_run(write_log(tmp_path / "s.csv", "python -m labkit reference_runs s.json",
                                   **frame.to_dict("list")))
 
 

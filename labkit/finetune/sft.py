@@ -1,8 +1,8 @@
 """Supervised fine-tuning (SFT) on (prompt, completion) pairs, with the loss on completion tokens only.
 
-The lab uses SFT three times: the tiny Qwen's warm-start (:mod:`labkit.build_tiny`), rejection
+The lab uses SFT three times: the tiny Qwen's warm-start (:mod:`labkit.commands.build_tiny`), rejection
 sampling fine-tuning (:mod:`labkit.finetune.rft`, the policy's own correct samples as targets) and the
-generative judge (:mod:`labkit.build_judge`, "yes"/"no" as the target). All three go through the
+generative judge (:mod:`labkit.commands.build_judge`, "yes"/"no" as the target). All three go through the
 same two functions:
 
 * :func:`encode_sft` renders each prompt with the chat template (as the sampler does, so the

@@ -13,10 +13,10 @@ single-token letters ``Y`` and ``N`` (a one-token verdict makes the score one fo
 SFT target one token). ``sampled=True`` draws the verdict instead (reward 1 for Y, 0 for N): a
 noisier reward with the same mean.
 
-The shipped judge (``data/models/tiny-judge``, built by ``python -m labkit.build_judge``) is the
+The shipped judge (``data/models/tiny-judge``, built by ``python -m labkit build_judge``) is the
 tiny Qwen architecture warm-started from the tiny policy's weights and fine-tuned with
 :mod:`labkit.finetune.sft` on the policy's own sampled completions, labelled by the rule verifier; see
-:mod:`labkit.build_judge` for the data and its measured agreement with the verifier.
+:mod:`labkit.commands.build_judge` for the data and its measured agreement with the verifier.
 
 =================== ==================================================================
 object              what it is
@@ -31,7 +31,7 @@ The judge never sees the reference answer: the reward reads only the prompts and
 so a policy can raise it without being right. Measured: GRPO preset on ``medium_cells`` (16
 prompts x 8 per step, 40 steps, seed 0, one thread, 51 s) with ``[JudgeReward(judge, tokenizer)]``
 as the only reward, on the shipped judge (84% agreement with the verifier on held-out completions
-of the untrained policy, see :mod:`labkit.build_judge`):
+of the untrained policy, see :mod:`labkit.commands.build_judge`):
 
 =========================== ========== ============ ============
 column (mean of 5 steps)    steps 1-5  steps 21-25  steps 36-40
@@ -66,7 +66,7 @@ __all__ = ["JUDGE_DIR", "NO", "YES", "JudgeReward", "judge_agreement", "judge_pr
            "load_judge", "question_of", "verdict_ids", "without_control_tokens",
            "yes_probability"]
 
-#: Where ``python -m labkit.build_judge`` writes the shipped judge.
+#: Where ``python -m labkit build_judge`` writes the shipped judge.
 JUDGE_DIR = data_dir() / "models" / "tiny-judge"
 #: The verdict tokens: one character each in the lab's tokenizer ("yes" would be three tokens).
 YES, NO = "Y", "N"
@@ -161,7 +161,7 @@ def load_judge(path=None, *, device="cpu", dtype="float32"):
 
     path = Path(JUDGE_DIR if path is None else path)
     if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"no judge at {path}; build it with: python -m labkit.build_judge")
+        raise FileNotFoundError(f"no judge at {path}; build it with: python -m labkit build_judge")
     return load_policy(str(path), device=device, dtype=dtype)
 
 

@@ -32,7 +32,7 @@ from importlib import metadata
 from pathlib import Path
 
 #: The packages ``import labkit`` checks: those every notebook imports. The test and TRL extras
-#: are checked where they are used (``labkit.check`` lists everything).
+#: are checked where they are used (``labkit.commands.check`` lists everything).
 CORE_PACKAGES = ("torch", "transformers", "tokenizers", "datasets", "peft", "pandas",
                  "matplotlib", "ipywidgets", "tqdm")
 

@@ -1,10 +1,10 @@
 """Benchmark one GRPO step of labkit against TRL's ``GRPOTrainer`` on the same model and data.
 
-    python -m labkit.scale.bench [--steps 8] [--warmup 2] [--model tiny] [--threads 1]
-    python -m labkit.scale.bench --device cuda --model Qwen/Qwen2.5-0.5B-Instruct --reward alternating
-    python -m labkit.scale.bench --device cuda --model Qwen/Qwen2.5-0.5B-Instruct --reward alternating \
+    python -m labkit bench [--steps 8] [--warmup 2] [--model tiny] [--threads 1]
+    python -m labkit bench --device cuda --model Qwen/Qwen2.5-0.5B-Instruct --reward alternating
+    python -m labkit bench --device cuda --model Qwen/Qwen2.5-0.5B-Instruct --reward alternating \
         --only labkit    # (or --only trl): one trainer alone, for its peak GPU memory
-    python -m labkit.scale.bench --decode [--device cuda]   # ms per decode step of each decode loop
+    python -m labkit bench --decode [--device cuda]   # ms per decode step of each decode loop
 
 Both sides run ONE :class:`~labkit.config.TrainConfig` (:func:`bench_config`): labkit's trainer
 reads it, and TRL's ``GRPOConfig`` is built from it by the TRL bridge

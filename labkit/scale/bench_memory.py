@@ -1,6 +1,6 @@
 """Check the memory planner against one real trainer step: planned total vs measured peak.
 
-    python -m labkit.scale.bench_memory [--model tiny|Qwen/Qwen2.5-0.5B-Instruct] [--device cpu|cuda]
+    python -m labkit bench_memory [--model tiny|Qwen/Qwen2.5-0.5B-Instruct] [--device cpu|cuda]
                                   [--prompts 2] [--generations 2] [--completion-length 16]
 
 One :class:`labkit.trainer.Trainer` step (GRPO, seed 0) on the shipped tiny Qwen (its trained

@@ -103,7 +103,7 @@ CPU, the CUDA context on a GPU, neither counted by ``torch.cuda.max_memory_alloc
 allocator's fragmentation and caching, the data, the tokenizer, and transients smaller than a
 chunk (masks, positions, per-token scalars).
 
-Measured against real trainer steps (``python -m labkit.scale.bench_memory``: two steps, seed 0, the
+Measured against real trainer steps (``python -m labkit bench_memory``: two steps, seed 0, the
 peak over both, since AdamW's moments exist only from the second). On the lab's CPU: float32, one
 thread, 2 prompts x G = 2 completions of at most 16 tokens, prompts of 30 tokens; measured = the
 peak RSS minus the RSS before the model was built, after a warm-up step of the tiny Qwen had

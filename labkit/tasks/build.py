@@ -11,7 +11,7 @@ from labkit.tasks.splits import write_splits
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command line: write the shipped splits (``python -m labkit.tasks --out data/tasks``)."""
+    """Command line: write the shipped splits (``python -m labkit tasks --out data/tasks``)."""
     parser = argparse.ArgumentParser(description="Write the task suite's train/eval splits.")
     parser.add_argument("--out", default="data/tasks", help="output folder (default data/tasks)")
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """Train a lab preset with TRL's ``GRPOTrainer``, on one process or many.
 
-    python -m labkit.trl_train --preset grpo [--model tiny|PATH|HUB_ID] [--set FIELD=VALUE ...]
+    python -m labkit trl_train --preset grpo [--model tiny|PATH|HUB_ID] [--set FIELD=VALUE ...]
         [--max-steps N] [--output-dir DIR] [--families add,sub --difficulties 2,3]
         [--drop dynamic_sampling] [--threads N] [--record-generations K]
 
@@ -12,15 +12,15 @@ started (``WORLD_SIZE``), refusing what TRL cannot express. Under any launcher:
 =====================================================  ============================================
 command                                                runs
 =====================================================  ============================================
-``python -m labkit.trl_train ...``                     one process (GPU if any, else CPU)
+``python -m labkit trl_train ...``                     one process (GPU if any, else CPU)
 ``accelerate launch --config_file                      one process per GPU, DDP (edit
-$(python -m labkit.trl_train --launch-config           ``num_processes``)
-multi_gpu) -m labkit.trl_train ...``
+$(python -m labkit trl_train --launch-config           ``num_processes``)
+multi_gpu) -m labkit trl_train ...``
 ``... --launch-config fsdp`` / ``deepspeed_zero3``     FSDP2 / ZeRO-3 sharding, bf16
 ``accelerate launch --config_file                      two CPU processes (gloo), as the test does
-$(python -m labkit.trl_train --launch-config
-cpu_2proc) -m labkit.trl_train ...``
-``torchrun --nproc_per_node 2 -m labkit.trl_train``    the same without accelerate's launcher
+$(python -m labkit trl_train --launch-config
+cpu_2proc) -m labkit trl_train ...``
+``torchrun --nproc_per_node 2 -m labkit trl_train``    the same without accelerate's launcher
 =====================================================  ============================================
 
 ``accelerate launch --cpu --num_processes 2`` starts ONE process (accelerate's CPU launcher runs

@@ -74,7 +74,7 @@ def runs_summary(runs: Mapping[str, pd.DataFrame],
         missing = {"reward", "eval_accuracy", "eval_length"} - set(df.columns)
         if missing:
             raise ValueError(f"run {name!r} has no {sorted(missing)} column(s); runs_summary "
-                             f"needs a log with evaluations (labkit.reference_runs writes them)")
+                             f"needs a log with evaluations (labkit.commands.reference_runs writes them)")
         if _seeds(df) < 2:
             rows[name] = _summary_of_one_seed(df, extra, late_from)
             continue
@@ -157,7 +157,7 @@ def plot_runs(runs: Mapping[str, pd.DataFrame],
     to regenerate them. Up to three panels a row, 833 px wide at :data:`FIGURE_DPI`.
 
     A log of several seeds (a ``seed`` column with more than one value, as the reference logs of
-    ``labkit.reference_runs`` with ``"seeds": [...]``) is drawn as its mean over seeds with a
+    ``labkit.commands.reference_runs`` with ``"seeds": [...]``) is drawn as its mean over seeds with a
     min-max band; ``smooth`` then applies to each seed's curve before they are combined, and the
     legend says how many seeds.
 

@@ -1,8 +1,8 @@
 """Surface 12: the classroom's own files. A learner saves a checkpoint into a folder that holds
 their notes, beside their own ``<name>.old``, onto a file, into a folder with a symlink to their
 data; resumes a checkpoint with other data, other rewards or another environment; points
-``python -m labkit.reference_runs`` at a spec named ``.csv`` or beside a CSV the lab did not write;
-runs ``python -m labkit.section_times`` with a kernel that is not installed, a device that is not
+``python -m labkit reference_runs`` at a spec named ``.csv`` or beside a CSV the lab did not write;
+runs ``python -m labkit section_times`` with a kernel that is not installed, a device that is not
 there, or an output file that is not a report. Whatever the lab refuses, the learner's files must
 come out byte for byte as they went in.
 
@@ -272,7 +272,7 @@ def _spec_named(name: str):
 
 
 def _reference_runs_main(argv):
-    from labkit.reference_runs import main
+    from labkit.commands.reference_runs import main
 
     return main(argv)
 
@@ -303,9 +303,9 @@ class CommandRefused(ValueError):
 
 
 def _section_times(*argv, notebook_kernel: str | None = "python3"):
-    """``python -m labkit.section_times`` on a two-cell notebook in a scratch folder."""
+    """``python -m labkit section_times`` on a two-cell notebook in a scratch folder."""
     def call():
-        from labkit.section_times import main
+        from labkit.commands.section_times import main
 
         folder = scratch("notebooks")
         metadata = {} if notebook_kernel is None else {"kernelspec": {
@@ -355,7 +355,7 @@ def _merged_report():
     notebook keeps the other's record."""
     def call():
         folder = scratch("report")
-        old = {"command": "python -m labkit.section_times", "cell_timeout_s": 900,
+        old = {"command": "python -m labkit section_times", "cell_timeout_s": 900,
                "machine": {"cpu": "Old CPU", "logical_cores": 2, "threads_per_kernel": 1,
                            "memory_gib": 8.0, "os": "Linux", "python": "3.11.7",
                            "torch": "2.13.0", "transformers": "5.24.0",

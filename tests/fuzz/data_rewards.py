@@ -100,7 +100,7 @@ def _spec(name: str, **spec):
     path = write(f"{name}.json", json.dumps({"preset": "grpo", **spec}))
 
     def call():
-        from labkit.reference_runs import load_spec
+        from labkit.commands.reference_runs import load_spec
 
         return load_spec(path)
     return call

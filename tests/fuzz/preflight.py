@@ -1,4 +1,4 @@
-"""Surface 10: the preflight check (``labkit.check``) on a broken install: a missing model file,
+"""Surface 10: the preflight check (``labkit.commands.check``) on a broken install: a missing model file,
 a corrupted tokenizer.json (with and without a manifest rewritten to match it), a manifest that
 cannot be read, a package reported too old or with a version that is not one, a broken lock
 file; and the lock row on installs that differ from the lock only where they should (a CPU build
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from fuzz.harness import Case
 from fuzz.scratch import scratch
-from labkit import check
+from labkit.commands import check
 from labkit.runtime import compat
 from labkit.tasks import data_dir
 

@@ -1,5 +1,5 @@
 """Surface 1: reference-run specs (``load_spec``, ``reward_funcs``, ``python -m
-labkit.reference_runs``): every key and type, paths that are not JSON files, JSON that is not a
+labkit.commands.reference_runs``): every key and type, paths that are not JSON files, JSON that is not a
 spec."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fuzz.harness import Case
 from fuzz.scratch import scratch, write
-from labkit import reference_runs
+from labkit.commands import reference_runs
 from labkit.tasks import data_dir
 
 SURFACE = 1
@@ -207,7 +207,7 @@ def _check_is_none(funcs):
 
 
 def _cli(argv):
-    """``python -m labkit.reference_runs`` in this process; a usage error becomes SystemExit
+    """``python -m labkit reference_runs`` in this process; a usage error becomes SystemExit
     with the text argparse printed as its message."""
     import contextlib
     import io

@@ -1,6 +1,6 @@
 """Surface 2: the TRL bridge's settings, both ways (``to_grpo_config``, ``trl_batch_sizes``,
 ``from_grpo_config``), TRL's signatures on the lab (``labkit.trl_bridge.compat``) and the command
-line ``python -m labkit.trl_train``, with odd values: negative, zero, huge, wrong types, unknown names.
+line ``python -m labkit trl_train``, with odd values: negative, zero, huge, wrong types, unknown names.
 No case trains: a bad value must be refused before a model loads."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def _from(args, **kwargs):
 
 
 def _cli(*argv, env=None):
-    """``python -m labkit.trl_train`` in this process; a usage error becomes SystemExit whose
+    """``python -m labkit trl_train`` in this process; a usage error becomes SystemExit whose
     message is what argparse printed."""
     from labkit.trl_bridge import train as trl_train
 

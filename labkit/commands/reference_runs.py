@@ -20,7 +20,7 @@ keeps what it reads, and the guessing game (which brings its own rows) with ``da
 ``eval_data`` or the accuracy reward. This command trains it and writes the history next to the
 spec, as ``<spec>.csv`` (one ``seed`` column, the runs one after the other)::
 
-    python -m labkit.reference_runs data/runs/04_dapo/dapo.json [more specs...]
+    python -m labkit reference_runs data/runs/04_dapo/dapo.json [more specs...]
 
 The CSV is written to a temporary file beside it and renamed over ``<spec>.csv`` only once every
 seed has finished, so the committed log is either the old one or the new one, never a mix. Ctrl-C
@@ -75,7 +75,10 @@ MAX_SEED = 2**32 - 1
 #: What ``data`` and ``eval_data`` may select: the task suite's cells.
 _CELLS = {"families": (FAMILIES, str), "difficulties": (DIFFICULTIES, int)}
 #: The first line of every log this command writes, before the spec's path.
-COMMAND_LINE = "# command: python -m labkit.reference_runs "
+COMMAND_LINE = "# command: python -m labkit reference_runs "
+#: The first line of a log written before the commands moved behind ``python -m labkit`` (a
+#: learner's older logs): still this command's own, so a rerun replaces it.
+OLDER_COMMAND_LINES = ("# command: python -m labkit.reference_runs ",)
 
 
 def load_spec(path: str | Path) -> dict:
@@ -151,12 +154,13 @@ def _check_log_path(path: Path) -> None:
         kind = "a symlink" if out.is_symlink() else "a folder" if out.is_dir() else "not a file"
         raise ValueError(f"{path}: its log would go to {out}, which is {kind}; the lab writes "
                          f"the log as a plain file there and replaces only a log that "
-                         f"python -m labkit.reference_runs wrote. Move {out.name} away")
+                         f"python -m labkit reference_runs wrote. Move {out.name} away")
+    ours = [line.encode() for line in (COMMAND_LINE, *OLDER_COMMAND_LINES)]
     with out.open("rb") as f:
-        first = f.read(len(COMMAND_LINE.encode()))
-    if first != COMMAND_LINE.encode():
-        raise ValueError(f"{path}: its log would replace {out}, which python -m "
-                         f"labkit.reference_runs did not write (its first line is not "
+        first = f.read(max(map(len, ours)))
+    if not first.startswith(tuple(ours)):
+        raise ValueError(f"{path}: its log would replace {out}, which python -m labkit "
+                         f"reference_runs did not write (its first line is not "
                          f"{COMMAND_LINE.strip()!r} + the spec); the lab never overwrites a file "
                          f"it did not write. Move {out.name} away or rename the spec")
 
@@ -404,7 +408,7 @@ def main(argv=None):
                 run_spec(spec, threads=args.threads)
         except KeyboardInterrupt as stop:
             signum = last_signal() or signal.SIGINT
-            print(f"python -m labkit.reference_runs: stopped by {signal.Signals(signum).name}"
+            print(f"python -m labkit reference_runs: stopped by {signal.Signals(signum).name}"
                   f"{': ' + str(stop) if str(stop) else ''}; the logs of unfinished specs were "
                   f"left as they were", file=sys.stderr)
             raise SystemExit(128 + signum) from None

@@ -1,4 +1,4 @@
-"""Rebuild the shipped tiny Qwen: ``python -m labkit.build_tiny``.
+"""Rebuild the shipped tiny Qwen: ``python -m labkit build_tiny``.
 
 The steps, all deterministic from ``--seed`` on a CPU:
 
@@ -84,7 +84,7 @@ def build(out: Path, *, steps: int, batch_size: int, lr: float, seed: int, threa
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     info = {
-        "command": f"python -m labkit.build_tiny --out {out} --steps {steps} "
+        "command": f"python -m labkit build_tiny --out {out} --steps {steps} "
                    f"--batch-size {batch_size} --lr {lr} --seed {seed} "
                    f"--threads {torch.get_num_threads()}",
         "architecture": type(model).__name__,
@@ -117,7 +117,7 @@ def save_tokenizer(out: Path):
         saved = AutoTokenizer.from_pretrained(out).get_vocab()
         if saved != tokenizer.get_vocab():
             raise SystemExit(f"the tokenizer's ids differ from those saved in {out}: rebuild the "
-                             f"whole model (python -m labkit.build_tiny --out {out})")
+                             f"whole model (python -m labkit build_tiny --out {out})")
     tokenizer.save_pretrained(out)
     print(f"saved the tokenizer to {out}")
 

@@ -1,4 +1,4 @@
-"""Preflight check: is this machine ready for the lab? ``python -m labkit.check``
+"""Preflight check: is this machine ready for the lab? ``python -m labkit check``
 
 What a student or a teacher runs before a workshop. Each check is a row with a status (``ok``,
 ``warn``, ``fail``, or ``skip`` when a failure upstream makes it meaningless) and a one-line
@@ -15,10 +15,10 @@ Qwen and a greedy answer; and the time of a GRPO step with notebook 02's live-ru
 
 Commands::
 
-    python -m labkit.check                   # the rows and the verdict, as plain text
-    python -m labkit.check --json            # the same as JSON, for tooling
-    python -m labkit.check --no-timing       # all but the timed step: a few seconds
-    python -m labkit.check --write-manifest  # rewrite data/MANIFEST.sha256 from data/ as it is
+    python -m labkit check                   # the rows and the verdict, as plain text
+    python -m labkit check --json            # the same as JSON, for tooling
+    python -m labkit check --no-timing       # all but the timed step: a few seconds
+    python -m labkit check --write-manifest  # rewrite data/MANIFEST.sha256 from data/ as it is
 
 The manifest holds the sha256 of every file under ``data/models`` and ``data/tasks`` in
 ``sha256sum`` format (``sha256sum -c MANIFEST.sha256`` from ``data/`` verifies it too); the
@@ -47,17 +47,17 @@ from labkit import tasks
 from labkit.runtime import compat, cpu
 from labkit.runtime.hashing import file_sha256
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 #: The known-good environment: ``name==version`` lines, ``#`` comments, optional markers.
 LOCK_FILE = REPO_ROOT / "requirements-lock.txt"
 MANIFEST_NAME = "MANIFEST.sha256"
 #: The folders of ``data/`` the manifest covers (not ``runs``: its logs change with every rerun).
 MANIFEST_FOLDERS = ("models", "tasks")
 #: How to rebuild what ``git checkout`` cannot restore, by folder under ``data/``.
-REBUILD_COMMANDS = {"models/tiny-qwen": "python -m labkit.build_tiny",
-                    "models/tiny-judge": "python -m labkit.build_judge",
-                    "models/tiny-qwen-tools": "python -m labkit.build_tools",
-                    "tasks": "python -m labkit.tasks --out data/tasks"}
+REBUILD_COMMANDS = {"models/tiny-qwen": "python -m labkit build_tiny",
+                    "models/tiny-judge": "python -m labkit build_judge",
+                    "models/tiny-qwen-tools": "python -m labkit build_tools",
+                    "tasks": "python -m labkit tasks --out data/tasks"}
 
 MIN_PYTHON, TESTED_PYTHON = (3, 10), (3, 11)
 GIB = 1024 ** 3
@@ -430,7 +430,7 @@ def _restore_hint(rel: str) -> str:
     hint = f"git checkout -- data/{rel}"
     for folder, command in REBUILD_COMMANDS.items():
         if rel.startswith(folder + "/"):
-            return (f"{hint} (or rebuild: {command}, then python -m labkit.check "
+            return (f"{hint} (or rebuild: {command}, then python -m labkit check "
                     f"--write-manifest)")
     return hint
 
@@ -470,7 +470,7 @@ def check_data(data_dir: Path | None = None) -> Check:
                                            if len(unlisted) > 3 else "")
         return Check("data", "warn", f"{len(entries)} files in {data_dir} match {MANIFEST_NAME}, "
                      f"but {len(unlisted)} are not in it and were not verified: {shown} (after "
-                     f"adding or rebuilding files on purpose: python -m labkit.check "
+                     f"adding or rebuilding files on purpose: python -m labkit check "
                      f"--write-manifest)")
     return Check("data", "ok", f"{len(entries)} files in {data_dir} match {MANIFEST_NAME}")
 
@@ -617,7 +617,7 @@ def verdict(checks: list[Check]) -> str:
         return (f"READY: notebook 02's live GRPO run ({LIVE_RUN_STEPS} steps, two evaluations) "
                 f"should take about {_duration(speed.value)} here.")
     fixes = [fix for c in checks if c.status == "fail" for fix in (c.fixes or (c.detail,))]
-    return "\n".join(["NOT READY. Fix these, then run `python -m labkit.check` again:",
+    return "\n".join(["NOT READY. Fix these, then run `python -m labkit check` again:",
                       *(f"  - {fix}" for fix in fixes)])
 
 

@@ -1,4 +1,4 @@
-"""Rebuild the shipped generative judge: ``python -m labkit.build_judge``.
+"""Rebuild the shipped generative judge: ``python -m labkit build_judge``.
 
 The steps, all deterministic from ``--seed`` on a CPU (one thread):
 
@@ -156,7 +156,7 @@ def main(argv=None):
         shown_out = args.out.resolve().relative_to(Path.cwd().resolve()).as_posix()
     except ValueError:
         shown_out = args.out.as_posix()
-    command = (f"python -m labkit.build_judge --out {shown_out} --k {args.k} "
+    command = (f"python -m labkit build_judge --out {shown_out} --k {args.k} "
                f"--per-class {args.per_class} --epochs {args.epochs} "
                + (f"--steps {args.steps} " if args.steps else "")
                + f"--batch-size {args.batch_size} --lr {args.lr} --seed {args.seed} "

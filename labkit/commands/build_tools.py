@@ -1,4 +1,4 @@
-"""Rebuild the shipped tool model: ``python -m labkit.build_tools``.
+"""Rebuild the shipped tool model: ``python -m labkit build_tools``.
 
 Notebook 10 needs a policy that knows the tool-call syntax and has a real choice to make: call
 the calculator or answer alone. The shipped tiny Qwen has never seen a tool call, so this command
@@ -162,7 +162,7 @@ def build(out: Path, *, steps: int, batch_size: int, lr: float, seed: int, threa
     tokenizer.save_pretrained(out)
     shown = _repo_relative(out)
     info = {
-        "command": (f"python -m labkit.build_tools --out {shown} --steps {steps} "
+        "command": (f"python -m labkit build_tools --out {shown} --steps {steps} "
                     f"--batch-size {batch_size} --lr {lr} --seed {seed} --threads {threads}"),
         "base": _repo_relative(TINY_MODEL_DIR),
         "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed, "max_len": max_len,

@@ -19,8 +19,9 @@ returns a bool. A wrong answer never raises; a learner function that itself rais
 as :class:`LearnerError` with a hint (the original error is chained below it).
 
 Input makers take a ``torch.Generator`` and return the keyword arguments of one call:
-:func:`random_policy_batch` (an off-policy batch of responses of varied lengths) and
-:func:`random_group_rewards` (groups of sampled rewards).
+:func:`random_policy_batch` (an off-policy batch of responses of varied lengths),
+:func:`random_group_rewards` (groups of sampled rewards) and :func:`random_stale_batch` (a
+batch sampled by an older policy: behaviour, proximal and current log-probs).
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ from typing import Any
 import pandas as pd
 import torch
 
-__all__ = ["LearnerError", "check_function", "check_prediction", "random_group_rewards",
-           "random_policy_batch"]
+__all__ = ["STALE_CORRECTIONS", "LearnerError", "check_function", "check_prediction",
+           "random_group_rewards", "random_policy_batch", "random_stale_batch"]
 
 
 class LearnerError(RuntimeError):
@@ -82,6 +83,59 @@ def random_policy_batch(generator: torch.Generator, batch_size: int = 4, max_len
         "log_ratio": log_ratio,
         "advantages": torch.randn(batch_size, 1, generator=generator, dtype=torch.float64),
         "mask": torch.arange(max_length)[None, :] < lengths[:, None],
+    }
+    return _pick(values, keys)
+
+
+#: the corrections whose behaviour weight :func:`random_stale_batch` can ask for
+STALE_CORRECTIONS = ("tis", "icepop", "decoupled")
+
+
+def random_stale_batch(generator: torch.Generator, batch_size: int = 4, max_length: int = 7,
+                       staleness_std: float = 0.6,
+                       keys: Sequence[str] = ("prox_logp", "behav_logp", "mask"),
+                       ) -> dict[str, Any]:
+    """A stale batch: tokens sampled by an older policy, scored by the current ones (float64).
+
+    ==================  ======  ===================================================================
+    key                 shape   content
+    ==================  ======  ===================================================================
+    ``logp``            (B, T)  log-probs under the weights being optimised (< 0)
+    ``prox_logp``       (B, T)  under the proximal policy (the weights at the start of the update):
+                                ``logp`` minus N(0, 0.1) noise
+    ``behav_logp``      (B, T)  under the behaviour policy that sampled: ``prox_logp`` minus
+                                N(0, ``staleness_std``) noise, so behaviour ratios reach 0.2-5
+    ``advantages``      (B, 1)  one advantage per response, N(0, 1)
+    ``mask``            (B, T)  bool response mask; lengths 1..T, the first row full
+    ``correction``      str     one of :data:`STALE_CORRECTIONS`, drawn
+    ``cap``             float   the weight's upper bound, drawn in [1.5, 3]
+    ``floor``           float   the lower bound, drawn in [0.3, 0.7]; None for ``decoupled``
+                                (it has none)
+    ==================  ======  ===================================================================
+
+    Padding holds values like real tokens (a function that forgets the mask is caught); with a
+    behaviour log-ratio of std 0.6, a trial of 28 tokens almost always has tokens beyond both
+    bounds, so truncating where the rule masks (or the reverse) is caught.
+    """
+    shape = (batch_size, max_length)
+    logp = -3 * torch.rand(shape, generator=generator, dtype=torch.float64)
+    prox = logp - 0.1 * torch.randn(shape, generator=generator, dtype=torch.float64)
+    behav = prox - staleness_std * torch.randn(shape, generator=generator, dtype=torch.float64)
+    lengths = torch.randint(1, max_length + 1, (batch_size,), generator=generator)
+    lengths[0] = max_length
+    correction = STALE_CORRECTIONS[int(torch.randint(len(STALE_CORRECTIONS), (),
+                                                     generator=generator))]
+    cap = 1.5 + 1.5 * float(torch.rand((), generator=generator, dtype=torch.float64))
+    floor = 0.3 + 0.4 * float(torch.rand((), generator=generator, dtype=torch.float64))
+    values = {
+        "logp": logp,
+        "prox_logp": prox,
+        "behav_logp": behav,
+        "advantages": torch.randn(batch_size, 1, generator=generator, dtype=torch.float64),
+        "mask": torch.arange(max_length)[None, :] < lengths[:, None],
+        "correction": correction,
+        "cap": cap,
+        "floor": None if correction == "decoupled" else floor,
     }
     return _pick(values, keys)
 
@@ -238,10 +292,15 @@ def _gradients(out, inputs: Mapping[str, Any], weights: list[torch.Tensor]):
 
 def _has_gradient_path(out, inputs: Mapping[str, Any]) -> bool:
     """True when some floating input requires grad and some floating output depends on one."""
-    if not any(isinstance(v, torch.Tensor) and v.requires_grad for v in inputs.values()):
-        return False
-    return any(torch.as_tensor(v).is_floating_point() and torch.as_tensor(v).requires_grad
-               for _, v in _leaves(out))
+    return _floats_in_and_out(out, inputs) and any(
+        torch.as_tensor(v).requires_grad for _, v in _leaves(out))
+
+
+def _floats_in_and_out(out, inputs: Mapping[str, Any]) -> bool:
+    """True when some input requires grad and some output is floating: a gradient could flow,
+    so a reference whose output has none is detached on purpose (RL-PLUS's focal weight)."""
+    return (any(isinstance(v, torch.Tensor) and v.requires_grad for v in inputs.values())
+            and any(torch.as_tensor(v).is_floating_point() for _, v in _leaves(out)))
 
 
 def check_function(learner_fn: Callable, reference_fn: Callable,
@@ -269,6 +328,7 @@ def check_function(learner_fn: Callable, reference_fn: Callable,
     _check_arguments(learner_fn, reference_fn, make_inputs, n_trials, atol, rtol, seed)
     name = name or getattr(learner_fn, "__name__", "your function")
     gradients_compared = False  # stays False where no float input reaches a float output
+    detached = False  # float inputs and outputs, and the reference's output depends on none
     for trial in range(n_trials):
         generator = torch.Generator().manual_seed(seed + trial)
         made = make_inputs(generator)
@@ -297,6 +357,7 @@ def check_function(learner_fn: Callable, reference_fn: Callable,
             ref_grads = _gradients(expected, ref_inputs, weights)
             learner_grads = _gradients(got, learner_inputs, weights)
             gradients_compared = gradients_compared or _has_gradient_path(expected, ref_inputs)
+            detached = detached or _floats_in_and_out(expected, ref_inputs)
             for key, ref_grad in ref_grads.items():
                 worst = _worst(learner_grads[key], ref_grad, atol, rtol)
                 if worst is not None:
@@ -311,6 +372,10 @@ def check_function(learner_fn: Callable, reference_fn: Callable,
             return False
     if gradients_compared:
         checked = "values and gradients"
+    elif detached:
+        # the gradients were compared: the reference's are zero, so a learner's must be too
+        checked = ("values, and no gradient: the reference's output is detached from its "
+                   "inputs, and yours is too")
     elif check_grad:
         # integer lengths, boolean masks: there is no gradient to compare, so do not claim one
         checked = "values; its inputs or outputs are not floating tensors, so no gradient flows"

@@ -209,6 +209,26 @@ def test_integer_and_boolean_functions_do_not_claim_gradients(capsys):
     assert "values and gradients" not in out and "no gradient flows" in out
 
 
+def test_a_detached_reference_is_named_as_such(capsys):
+    """RL-PLUS's focal weight (notebook 07, exercise 1) takes and returns floating tensors but is
+    detached on purpose: the message says so (it used to say the tensors were not floating), and
+    a weight that forgot to detach is refused on its gradient."""
+    from labkit.losses.rlplus import focal_weight
+
+    def logp(generator):
+        return {"logp": torch.rand(4, 7, generator=generator, dtype=torch.float64)
+                .clamp(1e-3, 1).log()}
+
+    def not_detached(logp, gamma=0.5):
+        return (1 - logp.exp()).clamp(min=0) ** gamma
+
+    assert check_function(focal_weight, focal_weight, logp)
+    out = capsys.readouterr().out
+    assert "detached from its inputs" in out and "not floating" not in out
+    assert not check_function(not_detached, focal_weight, logp)
+    assert "the gradient w.r.t. `logp` differs" in capsys.readouterr().out
+
+
 def test_check_prediction_says_what_the_runs_showed(capsys):
     """The experiment checker compares the last-window means of two histories (synthetic
     frames: the helper reads metrics only) and names what they showed."""

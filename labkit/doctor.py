@@ -23,6 +23,9 @@ reference_drift       kl_ref                   > 0.5 nats per token from the ref
 clip_out_of_range     clip_region              > 0.3 of tokens clipped (token-level ratios)
 nonfinite_steps       skipped_nonfinite        any step skipped for a NaN/inf loss or gradient
 reward_without_skill  reward, accuracy         reward up >= 0.15 while accuracy moves < 0.02
+staleness_grows       staleness                > 4 steps between sampling and training
+offpolicy_kl_explodes offpolicy_kl             > 0.1 nats per token since the batch was sampled
+queue_starves         queue_wait / step_time   > 0.5: the trainer mostly waits for the sampler
 inert_clip_higher     (config)                 epsilon_high > epsilon on a purely on-policy run
 ===================== ======================== ===============================================
 
@@ -194,6 +197,21 @@ def _reward_without_skill(history, config, window):
     return int(rewards.index[-1]), reward_gain, message
 
 
+def _queue_starves(history, config, window):
+    """The overlapped trainer spends most of its step waiting for the sampling thread."""
+    if "queue_wait" not in history or "step_time" not in history:
+        return None
+    share = history[["step"]].copy() if "step" in history else pd.DataFrame(index=history.index)
+    share["queue_share"] = (pd.to_numeric(history["queue_wait"], errors="coerce")
+                            / pd.to_numeric(history["step_time"], errors="coerce"))
+    hit = _first_above(_smoothed(share, "queue_share", window), 0.5)
+    if hit is None:
+        return None
+    step, value = hit
+    return step, value, (f"the trainer waited for the sampler {value:.0%} of its step time "
+                         f"(above 50%): the queue is empty when the trainer asks")
+
+
 def _inert_clip_higher(history, config, window):
     if not getattr(config, "clip_higher_inert", False):
         return None
@@ -303,6 +321,33 @@ CHECKS: tuple[Check, ...] = (
           _threshold("turn_limit_rate", 0.5,
                      "{value:.0%} of episodes stopped at the turn limit (at least "
                      "{threshold:.0%})")),
+    Check("staleness_grows", "staleness",
+          "the trainer learns from ever older samples",
+          "the sampler runs far ahead of the trainer: a large max_staleness, or groups that "
+          "take long and so carry old policy versions",
+          "a smaller max_staleness; correct the stale batches (offpolicy_correction 'decoupled' "
+          "or 'tis'); staleness_admission 'slow_down'",
+          "11_async",
+          _threshold("staleness", 4.0,
+                     "batches are {value:.1f} steps stale on average (above {threshold:g})")),
+    Check("offpolicy_kl_explodes", "offpolicy_kl",
+          "reward drops in an async run; the behaviour ratio spreads",
+          "the weights moved far since the batch was sampled: stale batches with a high "
+          "learning rate, trained without a behaviour weight",
+          "lower max_staleness or learning_rate; offpolicy_correction 'decoupled' (AReaL) or "
+          "'icepop', which drop the far tokens",
+          "11_async",
+          _threshold("offpolicy_kl", 0.1,
+                     "the policy is {value:.3f} nats per token from the one that sampled the "
+                     "batch (above {threshold})")),
+    Check("queue_starves", "queue_wait, step_time",
+          "an async run is no faster than a synchronous one",
+          "the sampler is the bottleneck: the trainer waits for it (queue_wait), so the overlap "
+          "buys nothing",
+          "a larger max_staleness (the sampler may run further ahead), shorter completions, or "
+          "fewer generations per step; compare samples/s with labkit.offpolicy.measure",
+          "11_async",
+          _queue_starves),
     Check("inert_clip_higher", "config",
           "clip-higher set, clip fractions 0",
           "on-policy training (one optimizer step per batch): the ratio is 1, no clip binds",

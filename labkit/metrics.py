@@ -58,6 +58,12 @@ METRICS = {
                  "and the weights it trains (labkit.offpolicy)",
     "queue_wait": "async_mode='overlapped': seconds the trainer waited for the sampling thread "
                   "(the queue starved)",
+    "staleness_mean": "staleness_admission: mean staleness of the step's groups (staleness is "
+                      "the largest)",
+    "groups_discarded": "staleness_admission='discard': groups dropped in this step as more than "
+                        "max_staleness steps old (the sampler refilled them)",
+    "admission_wait": "staleness_admission: time the trainer waited for its groups on the "
+                      "simulated clock (one unit = one decoded token)",
     "offpolicy_ratio_mean": "max_staleness > 0: mean behaviour ratio pi_prox / pi_behav over the "
                             "loss tokens (the weights at the update / the weights that sampled)",
     "offpolicy_ratio_q<NN>": "quantiles 05, 25, 50, 75, 95 of the behaviour ratio over the loss "

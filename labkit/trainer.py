@@ -225,6 +225,13 @@ class Trainer:
         """One row per evaluation, step 0 being the model before training."""
         return pd.DataFrame(self.eval_rows)
 
+    @property
+    def admission_log(self) -> pd.DataFrame:
+        """With ``staleness_admission``: one row per sampled group, trained, discarded or still
+        pending (:meth:`labkit.offpolicy.admission.AdmissionSampler.log`); else empty."""
+        log = getattr(self.producer, "log", None)
+        return log() if log is not None else pd.DataFrame()
+
     # ---- the loop --------------------------------------------------------------------------------
     def train(self, resume_from=None, allow_changes=()) -> TrainResult:
         """Run steps until ``max_steps``; returns a :class:`TrainResult`, also when interrupted.
@@ -384,6 +391,15 @@ class Trainer:
             if needed <= 0 or rounds == cfg.max_resample_rounds:
                 break
             rounds += 1
+        return self.assemble_batch(kept, produced, generation_time, dropped, rounds)
+
+    def assemble_batch(self, kept: list[Experience], produced: list, generation_time: float,
+                       dropped: int = 0, rounds: int = 0) -> tuple[Experience, dict]:
+        """The step's batch from sampled parts (``kept``: the groups it trains; ``produced``: the
+        :class:`~labkit.engine.scoring.SampledRound` s its sampling columns describe) and its
+        sampling metrics; :meth:`sample_and_score` and the admission clock's sampler
+        (:mod:`labkit.offpolicy.admission`) both end here."""
+        cfg, num_generations = self.config, self.config.num_generations
         batch = Experience.cat(kept).select(slice(0, cfg.prompts_per_step * num_generations))
         if cfg.mask_truncated_completions:
             batch.loss_mask = batch.loss_mask * ~batch.truncated[:, None]

@@ -70,7 +70,7 @@ from labkit.losses import (
 from labkit.losses.registry import LOSS_REGISTRY, all_options, option_owners
 from labkit.losses.registry import listen as listen_to_loss_types
 from labkit.models import DTYPES
-from labkit.offpolicy import ASYNC_MODES
+from labkit.offpolicy import ADMISSIONS, ASYNC_MODES
 from labkit.offpolicy import CORRECTIONS as OFFPOLICY_CORRECTIONS
 from labkit.rewards.diversity import DIVERSITY_SIMILARITIES
 from labkit.rewards.length import LENGTH_REWARDS
@@ -272,6 +272,14 @@ class TrainConfig:
     unbounded)"""
     offpolicy_weight_floor: float | None = _ranged(None, between(0, math.inf, optional=True))
     """lower bound of the behaviour weight (tis, icepop; IcePop's 0.5); None = none"""
+    staleness_admission: str | None = _ranged(None, one_of(ADMISSIONS, optional=True))
+    """groups that take different times (labkit.offpolicy.admission's simulated clock, the bound
+    max_staleness): discard (drop a group more than k steps old, the sampler refills) or
+    slow_down (admission control: at most (k + 1) x prompts_per_step groups in flight, oldest
+    first, the trainer waits for stragglers); None = whole batches, no clock"""
+    admission_train_time: float = _ranged(32.0, between(0, math.inf))
+    """staleness_admission: one training step on the simulated clock, in units of one decoded
+    token of a group's longest completion"""
 
     # ---- tools and multi-turn episodes (labkit.agents; the trainer's environment_factory) --------
     max_tool_calling_iterations: int | None = _ranged(None, whole(1, optional=True))

@@ -10,7 +10,8 @@ A checkpoint folder holds
                             the *initial* policy (or the last reset), which the saved policy is not
 ``trainer_state.pt``        optimizer, scheduler, RNG states (python, torch CPU, CUDA, the
                             sampling generator), the prompt sampler's position, the step counter,
-                            the non-finite streak and the configuration
+                            the non-finite streak, the batches sampled ahead of the trainer and
+                            the admission clock (:mod:`labkit.offpolicy`) and the configuration
 ``history.parquet``         the metrics rows so far (parquet keeps floats bit for bit)
 ``eval_history.parquet``    the evaluation rows so far
 ``manifest.json``           the SHA-256 of every file above, checked when the folder is loaded;
@@ -521,6 +522,8 @@ def save_trainer(trainer, directory) -> Path:
              "best_eval": [trainer.stall.best, trainer.stall.since_best],
              "base_fingerprint": base_fingerprint(trainer.model),
              "fingerprints": _fingerprints_of(trainer),
+             # the batches sampled ahead (max_staleness > 0) and the admission clock
+             "producer": trainer.producer.state_dict(),
              "config": trainer.config.to_dict()}
     return save_checkpoint(directory, model=trainer.model, tokenizer=trainer.tokenizer,
                            state=state, history=trainer.history,
@@ -554,6 +557,8 @@ def restore_trainer(trainer, directory, allow_changes=()) -> None:
         trainer.adaptive_gfpo.mean_rewards = list(state.get("gfpo_mean_rewards", []))
     trainer.optimizer_steps = state.get("optimizer_steps", 0)
     trainer.stall.best, trainer.stall.since_best = state.get("best_eval", [-math.inf, 0])
+    if state.get("producer") is not None:  # None: an overlapped run, never saved
+        trainer.producer.load_state_dict(state["producer"])
     trainer.rows = history.to_dict("records")
     trainer.eval_rows = eval_history.to_dict("records")
 

@@ -7,6 +7,14 @@ admission choices of a sampler whose groups take different times (:mod:`labkit.o
 admission`: discard stale groups or slow the sampler down, and partial rollouts).
 """
 
+from labkit.offpolicy.admission import (
+    ADMISSIONS,
+    OUTCOMES,
+    AdmissionClock,
+    AdmissionRun,
+    AdmissionSampler,
+    simulate_admission,
+)
 from labkit.offpolicy.correction import (
     CORRECTIONS,
     RATIO_QUANTILES,
@@ -23,6 +31,7 @@ from labkit.offpolicy.staleness import (
     make_producer,
 )
 
-__all__ = ["ASYNC_MODES", "CORRECTIONS", "RATIO_QUANTILES", "AheadSampler", "OffPolicyTerms",
+__all__ = ["ADMISSIONS", "ASYNC_MODES", "CORRECTIONS", "OUTCOMES", "RATIO_QUANTILES",
+           "AdmissionClock", "AdmissionRun", "AdmissionSampler", "AheadSampler", "OffPolicyTerms",
            "OverlappedSampler", "StampedBatch", "correct_batch", "make_producer",
-           "offpolicy_metrics", "offpolicy_terms"]
+           "offpolicy_metrics", "offpolicy_terms", "simulate_admission"]

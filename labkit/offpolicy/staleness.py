@@ -33,7 +33,7 @@ import copy
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import torch
 
@@ -83,8 +83,31 @@ class AheadSampler:
     def restore(self, state) -> None:
         self.queue = deque(state)
 
+    def state_dict(self) -> dict:
+        """The queue (the batches sampled ahead, their rows, versions and temperatures) as
+        tensors and plain containers, for a checkpoint (loaded with ``weights_only=True``)."""
+        return {"queue": [{"batch": experience_state(s.batch), "row": dict(s.row),
+                           "version": s.version, "temperature": s.temperature}
+                          for s in self.queue]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.queue = deque(StampedBatch(experience_from_state(s["batch"]), dict(s["row"]),
+                                        s["version"], s["temperature"]) for s in state["queue"])
+
     def close(self) -> None:
         pass  # the queue stays: another train() call goes on with it
+
+
+def experience_state(batch) -> dict:
+    """An :class:`~labkit.experience.Experience` as a dict of its fields (tensors, None, ints)."""
+    return {f.name: getattr(batch, f.name) for f in fields(batch)}
+
+
+def experience_from_state(state: dict):
+    """The :class:`~labkit.experience.Experience` of :func:`experience_state`."""
+    from labkit.experience import Experience
+
+    return Experience(**state)
 
 
 class _SamplerView:
@@ -157,6 +180,9 @@ class OverlappedSampler:
     def snapshot(self):
         return None  # the thread's random draws cannot be taken back
 
+    def state_dict(self):
+        return None  # never saved: the config refuses save_every with async_mode='overlapped'
+
     def restore(self, state) -> None:
         pass
 
@@ -209,6 +235,10 @@ def make_producer(trainer):
     cfg = trainer.config
     if cfg.async_mode == "overlapped":
         return OverlappedSampler(trainer, cfg.max_staleness)
+    if cfg.staleness_admission is not None:
+        from labkit.offpolicy.admission import AdmissionSampler  # it builds on this module
+
+        return AdmissionSampler(trainer)
     return AheadSampler(cfg.max_staleness)
 
 
@@ -222,4 +252,5 @@ def _check_overlapped(config):
                          "and resume_from=None")
 
 
-__all__ = ["ASYNC_MODES", "AheadSampler", "OverlappedSampler", "StampedBatch", "make_producer"]
+__all__ = ["ASYNC_MODES", "AheadSampler", "OverlappedSampler", "StampedBatch",
+           "experience_from_state", "experience_state", "make_producer"]

@@ -287,6 +287,8 @@ NOT_CARRIED = _WithSettings({
     "async_mode": "max_staleness only (refused)",
     "offpolicy_weight_cap": "offpolicy_correction only (refused)",
     "offpolicy_weight_floor": "offpolicy_correction only (refused)",
+    "staleness_admission": "max_staleness only (refused)",
+    "admission_train_time": "max_staleness only (refused)",
 }, _not_carried_settings)
 
 #: TRL knobs the lab does not have, pinned to the lab's behaviour so that TRL's defaults cannot

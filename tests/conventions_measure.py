@@ -1258,7 +1258,21 @@ def render_page(rows: list[Convention], agreements: list[tuple[str, str]],
     agree = ["## Checked and equal", "", "Measured on the same batch, for contrast.", "",
              "| quantity | difference |", "|---|---|",
              *(f"| {_cell(what)} | {_cell(size)} |" for what, size in agreements), ""]
-    return "\n".join([head, "## The conventions", "", *table, "", *sections, *summary, *agree])
+    return "\n".join([head, "## The conventions", "", *table, "", *sections, *summary, *agree,
+                      *async_handoff()])
+
+
+def async_handoff() -> list[str]:
+    """The lines of the asynchronous hand-off section: the table notebook 11 shows
+    (:mod:`labkit.offpolicy.handoff`, one source for both), not a measurement."""
+    from labkit.offpolicy.handoff import SERVER_ONLY, handoff_markdown
+
+    return ["## Asynchronous training: the same settings in TRL, prime-rl, verl and AReaL", "",
+            "Names, not numbers: what the other trainers call the settings of notebook 11 "
+            "(`labkit.offpolicy.handoff`; TRL's read from TRL 1.16's `trl.experimental.async_grpo`). "
+            "A dash: the framework has no such setting that we know of.", "",
+            *handoff_markdown().splitlines(), "",
+            "Refused by name (they need an inference server): " + "; ".join(SERVER_ONLY) + ".", ""]
 
 
 def measure_all(verl: Verl) -> list[Convention]:

@@ -37,10 +37,14 @@ function                       what it draws
 ``plot_pass_at_k``             pass@k against k for several models, and the gain over the first
 ``plot_memory_plan``           the memory planner's bill per phase of a step against GPU sizes
 ``plot_episode``               an agent episode's tokens coloured by author, the trained ones marked
+``plot_offpolicy_ratio``       a stale batch's behaviour ratios, PPO's clip band, a correction's bounds
+``staleness_table``            the same batch per staleness: ratio quantiles, clip and corrected shares
+``stale_logprobs``             one batch scored by later checkpoints of a run (the table's input)
+``plot_staleness_schedule``    which policy version sampled the batch each step trains on
 =============================  =================================================================
 
 One module per notebook family (``policy_gradient`` 01, ``grpo`` 02-03, ``dapo`` 04, ``gspo`` 05,
-``gfpo`` 06, ``exploration`` 07, ``rewards_data`` 08, ``scaling`` 09, ``agents`` 10), ``runs`` for training curves and ``style``
+``gfpo`` 06, ``exploration`` 07, ``rewards_data`` 08, ``scaling`` 09, ``agents`` 10, ``offpolicy`` 11), ``runs`` for training curves and ``style``
 for what they share; every public name is importable from ``labkit.viz`` itself.
 
 Each ``plot_*`` function returns a :class:`matplotlib.figure.Figure`. Figures are created with
@@ -69,6 +73,13 @@ from labkit.viz.exploration import (
 from labkit.viz.gfpo import plot_gfpo_filter
 from labkit.viz.grpo import group_advantages_table, plot_group_advantages, plot_kl_estimators
 from labkit.viz.gspo import plot_ratio_spread, ratio_spread
+from labkit.viz.offpolicy import (
+    BEHAVIOUR_RATIO_LABEL,
+    plot_offpolicy_ratio,
+    plot_staleness_schedule,
+    stale_logprobs,
+    staleness_table,
+)
 from labkit.viz.policy_gradient import clip_cases_table, plot_clip_region, plot_gae
 from labkit.viz.rewards_data import (
     difficulty_sampling_weights,
@@ -84,6 +95,7 @@ from labkit.viz.style import FIGURE_DPI, LENGTH_LABEL, RATIO_LABEL, enable_noteb
 
 __all__ = [
     "AUTHOR_COLORS",
+    "BEHAVIOUR_RATIO_LABEL",
     "FIGURE_DPI",
     "LENGTH_LABEL",
     "RATIO_LABEL",
@@ -107,16 +119,20 @@ __all__ = [
     "plot_kl_estimators",
     "plot_majority_vote",
     "plot_memory_plan",
+    "plot_offpolicy_ratio",
     "plot_overlong_penalty",
     "plot_pass_at_k",
     "plot_ratio_spread",
     "plot_runs",
     "plot_sampling_weights",
+    "plot_staleness_schedule",
     "plot_surrogate_weights",
     "plot_temperature_schedules",
     "plot_token_temperature",
     "ratio_spread",
     "runs_summary",
+    "stale_logprobs",
+    "staleness_table",
     "surrogate_weights",
     "temperature_tokens",
 ]

@@ -2,29 +2,38 @@
 
 One direction of data flow, one concept per module:
 
-    config -> tasks, rewards -> rollout -> advantages, filters -> logprobs, losses -> trainer -> viz
+    config -> tasks, rewards -> rollout -> advantages, tricks -> logprobs, losses -> trainer -> viz
 
-Where things live:
+The root holds the algorithm box and what a notebook calls around it; every other module sits in
+a folder that says what it is (``tests/test_commands.py`` names the root's modules):
 
 =============================  ===================================================================
-taught (notebooks call them)   ``losses/`` (one file per surrogate family), ``advantages/`` (one
-                               file per estimator), ``rewards/`` (rule-checked rewards and their
-                               families), ``filters``, ``temperature``, ``reference``,
-                               ``token_filters``, ``logprobs``, ``rollout``, ``tasks``, ``models``,
-                               ``lora``, ``mismatch``, ``memory``, ``ptx``, ``rft``, ``evaluate``,
-                               ``grpo_minimal`` (GRPO on one screen), ``agents/`` (tools and
-                               multi-turn episodes)
-the run                        ``config`` (every knob, validated; presets), ``trainer`` (the
-                               algorithm box), ``engine/`` (its machinery: no notebook needs it),
-                               ``rules``/``methods`` (each method's config rules)
-teaching tools                 ``viz/``, ``widgets``, ``exercises``, ``doctor``, ``catalog``
-commands (``python -m``)       ``labkit.commands.check``, ``labkit.tasks``, ``labkit.commands.build_tiny``,
-                               ``labkit.commands.build_judge``, ``labkit.commands.reference_runs``, ``labkit.scale.bench``,
-                               ``labkit.scale.bench_memory``, ``labkit.trl_train``,
-                               ``labkit.commands.section_times``
-TRL both ways                  ``trl_bridge`` (a lab recipe to TRL)
-the environment                ``compat`` (version floors, transformers' dialects), ``cpu``
-                               (threads within a container's quota)
+the root                       ``trainer`` (the algorithm box), ``grpo_minimal`` (GRPO on one
+                               screen), ``experience``, ``metrics``, ``models``, ``rollout``,
+                               ``decode``, ``logprobs``, ``evaluate``, ``exercises``, ``doctor``
+                               (reads a run's history), ``catalog`` (every method, where taught)
+methods (one file each)        ``losses/`` (surrogate families), ``advantages/`` (estimators),
+                               ``rewards/`` (rule-checked rewards and their families), ``agents/``
+                               (tools and multi-turn episodes), ``offpolicy/`` (stale batches)
+``config/``                    ``TrainConfig`` (every knob, validated), ``presets``, ``fields``
+                               (ranges, ``Setting``), ``rules``/``methods`` (combination rules),
+                               ``registry`` (the name table the method registries share)
+``tricks/``                    around the core: ``filters``, ``token_filters``, ``temperature``,
+                               ``reference``, ``prompt_sampling``, ``ptx``, ``mismatch``
+``finetune/``                  without RL: ``sft``, ``rft``
+``tasks/``                     the task suite (generation, grading, splits) and ``gsm8k``
+``scale/``                     beyond the tiny model: ``memory``, ``lora``, ``bench``,
+                               ``bench_memory``
+``trl_bridge/``                TRL both ways: a lab recipe to TRL, a TRL script on the lab
+``engine/``                    the trainer's machinery (no notebook needs it)
+``viz/``, ``widgets/``         plots and interactive widgets, one module per notebook family
+``runtime/``                   the environment: ``compat`` (version floors, transformers'
+                               dialects), ``cpu`` (threads within a container's quota),
+                               ``hashing``
+``commands/``                  ``python -m labkit <command>`` (``__main__`` lists them): ``check``,
+                               ``reference_runs``, ``section_times``, ``build_tiny``,
+                               ``build_judge``, ``build_tools``; ``bench``, ``bench_memory``,
+                               ``trl_train`` and ``tasks`` live with their kind
 =============================  ===================================================================
 
 Import what a notebook shows from its module (``from labkit.losses import policy_loss``); the

@@ -35,7 +35,7 @@ def laser_reward(rewards, lengths, target_length=32, alpha=0.5):
     return rewards + alpha * bonus.to(rewards.dtype)
 
 
-# Exercise 4 (experiment): num_remains_in_group None -> 8 (of G = 16), metric completions_trained.
-# Only kept completions can carry a gradient, and only in groups whose kept rewards differ: keeping the
-# 8 shortest halves the candidates and often leaves kept sets that all share one reward.
+# Exercise 4 (experiment): 8 completions kept per prompt, drawn (G = 8, no filter) or the 8 shortest
+# of G = 16; metric completions_trained. Only kept sets whose rewards differ carry a gradient, and the
+# 8 shortest of a group share one reward more often than 8 drawn at random.
 EXPERIMENT_PREDICTION = "down"

@@ -20,8 +20,9 @@ as :class:`LearnerError` with a hint (the original error is chained below it).
 
 Input makers take a ``torch.Generator`` and return the keyword arguments of one call:
 :func:`random_policy_batch` (an off-policy batch of responses of varied lengths),
-:func:`random_group_rewards` (groups of sampled rewards) and :func:`random_stale_batch` (a
-batch sampled by an older policy: behaviour, proximal and current log-probs).
+:func:`random_group_rewards` (groups of sampled rewards), :func:`random_pass_counts` (the
+counts of one pass@k problem) and :func:`random_stale_batch` (a batch sampled by an older policy:
+behaviour, proximal and current log-probs).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ import pandas as pd
 import torch
 
 __all__ = ["STALE_CORRECTIONS", "LearnerError", "check_function", "check_prediction",
-           "random_group_rewards", "random_policy_batch", "random_stale_batch"]
+           "random_group_rewards", "random_pass_counts", "random_policy_batch",
+           "random_stale_batch"]
 
 
 class LearnerError(RuntimeError):
@@ -138,6 +140,20 @@ def random_stale_batch(generator: torch.Generator, batch_size: int = 4, max_leng
         "floor": None if correction == "decoupled" else floor,
     }
     return _pick(values, keys)
+
+
+def random_pass_counts(generator: torch.Generator, max_samples: int = 2000) -> dict[str, int]:
+    """One pass@k problem: ``num_samples`` n in 1..``max_samples``, ``num_correct`` c in 0..n and
+    ``k`` in 1..n (plain ints), the arguments of :func:`labkit.evaluate.pass_at_k`.
+
+    The binomials of pass@k leave the float range (about 1.8e308) from n of about 1030 (C(1030,
+    515)), so with the default ``max_samples`` a version that turns C(n, k) into a float
+    overflows on some draws, while exact integers (``math.comb``, then one division) or the
+    product form do not. A range below 1000 would let the float version pass.
+    """
+    n = int(torch.randint(1, max_samples + 1, (), generator=generator))
+    return {"num_samples": n, "num_correct": int(torch.randint(0, n + 1, (), generator=generator)),
+            "k": int(torch.randint(1, n + 1, (), generator=generator))}
 
 
 REWARD_KINDS = ("binary", "total", "normal")

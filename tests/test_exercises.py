@@ -229,6 +229,32 @@ def test_a_detached_reference_is_named_as_such(capsys):
     assert "the gradient w.r.t. `logp` differs" in capsys.readouterr().out
 
 
+def test_pass_counts_reach_the_float_overflow(capsys):
+    """Notebook 08's exercise 3 warns that pass@k's binomials overflow a float for large n: its
+    inputs now reach it (they drew n < 200, where a float version passed), so the float version
+    is stopped while exact integers and the product form pass."""
+    import math
+
+    from labkit.evaluate import pass_at_k
+    from labkit.exercises import random_pass_counts
+
+    def float_binomials(num_samples, num_correct, k):
+        return 1 - (float(math.comb(num_samples - num_correct, k))
+                    / float(math.comb(num_samples, k)))
+
+    def exact_integers(num_samples, num_correct, k):
+        return 1 - math.comb(num_samples - num_correct, k) / math.comb(num_samples, k)
+
+    small = partial(random_pass_counts, max_samples=199)
+    assert check_function(float_binomials, pass_at_k, small, n_trials=20, check_grad=False)
+    assert check_function(exact_integers, pass_at_k, random_pass_counts, n_trials=20,
+                          check_grad=False)
+    with pytest.raises(LearnerError, match="OverflowError"):
+        check_function(float_binomials, pass_at_k, random_pass_counts, n_trials=20,
+                       check_grad=False)
+    capsys.readouterr()
+
+
 def test_check_prediction_says_what_the_runs_showed(capsys):
     """The experiment checker compares the last-window means of two histories (synthetic
     frames: the helper reads metrics only) and names what they showed."""

@@ -19,8 +19,8 @@ defaults as their figure function, so a notebook can preset the controls.
 
 One module per notebook family, as in :mod:`labkit.viz` (``policy_gradient`` 01, ``grpo`` 02-03,
 ``dapo`` 04, ``gspo`` 05, ``gfpo`` 06, ``exploration`` 07, ``rewards_data`` 08, ``scaling`` 09,
-``agents`` 10), ``runs`` for training curves and ``controls`` for what they share; every public
-name is importable from ``labkit.widgets`` itself.
+``agents`` 10, ``offpolicy`` 11), ``runs`` for training curves and ``controls`` for what they
+share; every public name is importable from ``labkit.widgets`` itself.
 
 ================================  ======================================================
 builder                           figure (in :mod:`labkit.viz`)
@@ -41,6 +41,7 @@ builder                           figure (in :mod:`labkit.viz`)
 ``sampling_weights_widget``       ``plot_sampling_weights``
 ``pass_at_k_widget``              ``plot_pass_at_k``
 ``episode_widget``                ``plot_episode``
+``staleness_widget``              ``plot_offpolicy_ratio``
 ================================  ======================================================
 """
 
@@ -51,6 +52,7 @@ from labkit.widgets.exploration import surrogate_weights_widget, temperature_wid
 from labkit.widgets.gfpo import gfpo_widget
 from labkit.widgets.grpo import group_advantages_widget, kl_estimators_widget
 from labkit.widgets.gspo import ratio_spread_widget
+from labkit.widgets.offpolicy import staleness_widget
 from labkit.widgets.policy_gradient import clip_region_widget, gae_widget
 from labkit.widgets.rewards_data import (
     majority_vote_widget,
@@ -76,6 +78,7 @@ __all__ = [
     "ratio_spread_widget",
     "runs_widget",
     "sampling_weights_widget",
+    "staleness_widget",
     "surrogate_weights_widget",
     "temperature_widget",
     "widgets_enabled",

@@ -54,6 +54,27 @@ def test_bfloat16_halves_weights_gradients_and_optimizer_state():
         memory_plan("tiny", TrainConfig(dtype="float32")).loc["weights", "bytes"]
 
 
+def test_master_weights_plan_mixed_precision_at_16_bytes_per_parameter():
+    """The default plan is the trainer's pure-bfloat16 AdamW (8 bytes per trainable parameter
+    for weights, gradients and moments); master_weights=True plans DeepSpeed/FSDP/verl mixed
+    precision: a float32 copy and float32 moments, 16 bytes; float32 training is unchanged."""
+    name = "Qwen/Qwen2.5-0.5B-Instruct"
+    n = count_parameters(meta_model(name))
+    parts = ("weights", "gradients", "optimizer state", "master weights")
+
+    def per_parameter(plan):
+        return sum(plan.loc[c, "bytes"] for c in parts if c in plan.index) / n
+
+    pure, mixed = memory_plan(name), memory_plan(name, master_weights=True)
+    assert "master weights" not in pure.index and per_parameter(pure) == 8
+    assert mixed.loc["master weights", "bytes"] == 4 * n and per_parameter(mixed) == 16
+    assert mixed.loc["total", "bytes"] > pure.loc["total", "bytes"]
+    fp32 = TrainConfig(dtype="float32")
+    assert memory_plan(name, fp32, master_weights=True).equals(memory_plan(name, fp32))
+    with pytest.raises(TypeError, match="master_weights must be True or False, got 'yes'"):
+        memory_plan(name, master_weights="yes")
+
+
 @pytest.mark.parametrize("targets", [None, "all-linear", ("q_proj", "k_proj", "down_proj")])
 @pytest.mark.parametrize("r", [4, 16])
 def test_lora_trainable_parameters_equal_peft_count(targets, r):

@@ -36,6 +36,8 @@ component                    bytes                                              
 weights                      ``N s`` (+ ``4 n`` for float32 LoRA adapters)              all phases
 gradients                    ``n s_n`` (``s_n`` = bytes of a trainable parameter)       train, step
 optimizer state              AdamW: ``2 n s_n`` (exp_avg, exp_avg_sq); SGD: 0           all phases
+master weights               ``4 n`` with ``master_weights=True`` (mixed precision,     all phases
+                             moments then float32: ``2 n 4``); none by default
 optimizer step temporaries   ``n s_n`` (``rollback_nonfinite_weights``' copy) + AdamW's  step
                              ``sqrt(exp_avg_sq)``: ``n s_n`` on CUDA (foreach), twice
                              the largest tensor on the CPU (one tensor at a time)
@@ -301,7 +303,8 @@ def _dtype_bytes(dtype: str, device: str) -> tuple[str, int]:
 
 
 def memory_plan(model_config_or_name, train_config=None, *, prompt_length: int | None = None,
-                optimizer: str = "adamw", device: str = "cuda") -> pd.DataFrame:
+                optimizer: str = "adamw", device: str = "cuda",
+                master_weights: bool = False) -> pd.DataFrame:
     """The memory bill of one training step, one row per component (module docstring's table).
 
     Args:
@@ -317,6 +320,12 @@ def memory_plan(model_config_or_name, train_config=None, *, prompt_length: int |
         optimizer: ``"adamw"`` (the trainer's) or ``"sgd"`` (no state: a lower bound).
         device: ``"cuda"`` or ``"cpu"``: what ``dtype="auto"`` resolves to (bfloat16 / float32)
             and how AdamW steps (all tensors at once on CUDA, one at a time on the CPU).
+        master_weights: False (the lab's trainer, and the default): AdamW keeps its moments in
+            the trainable parameters' dtype, with no float32 copy, so a bfloat16 run is planned
+            as pure bfloat16. True: mixed precision as DeepSpeed, FSDP and verl run it, a float32
+            master copy of the trainable parameters (``4 n``) and float32 moments (``2 n 4``):
+            16 bytes per trainable bfloat16 parameter with its gradient. No change when the
+            trainable parameters are float32 already (they are their own master copy).
 
     Returns a DataFrame indexed by component with columns ``bytes`` (int), ``GiB``, ``phases``
     (when the component is live: sampling, train, step) and ``formula``; the last row,
@@ -336,6 +345,8 @@ def memory_plan(model_config_or_name, train_config=None, *, prompt_length: int |
                          f"{optimizer!r}")
     if device not in ("cuda", "cpu"):
         raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
+    if not isinstance(master_weights, bool):
+        raise TypeError(f"master_weights must be True or False, got {master_weights!r}")
     if prompt_length is None:
         prompt_length = 256
     if not isinstance(prompt_length, int) or isinstance(prompt_length, bool) or prompt_length < 1:
@@ -350,6 +361,8 @@ def memory_plan(model_config_or_name, train_config=None, *, prompt_length: int |
     targets = _targets(getattr(cfg, "lora_target_modules", None)) if lora else ()
     # peft's autocast_adapter_dtype: adapters are float32 under a 16-bit base
     s_n = 4 if lora else s
+    master = master_weights and s_n < 4  # float32 parameters are their own master copy
+    s_opt = 4 if master else s_n  # bytes of an AdamW moment and of its step temporaries
     n_train = n_params
     if lora:
         shapes = shape.linear_shapes()
@@ -376,14 +389,20 @@ def memory_plan(model_config_or_name, train_config=None, *, prompt_length: int |
     add("gradients", n_train * s_n, "train, step",
         f"n x s_n = {n_train:,} trainable x {s_n}"
         + (" (adapters only)" if lora else ""))
-    add("optimizer state", 2 * n_train * s_n if adamw else 0, all_phases,
-        f"AdamW: 2 moments x n x s_n = 2 x {n_train:,} x {s_n} (in the parameters' dtype; no "
-        f"float32 master copy)" if adamw else "SGD: no state")
+    add("optimizer state", 2 * n_train * s_opt if adamw else 0, all_phases,
+        (f"AdamW: 2 moments x n x 4 = 2 x {n_train:,} x 4 (float32, mixed precision)" if master
+         else f"AdamW: 2 moments x n x s_n = 2 x {n_train:,} x {s_n} (in the parameters' dtype; "
+              f"no float32 master copy)") if adamw else "SGD: no state")
+    if master:
+        add("master weights", n_train * 4, all_phases,
+            f"mixed precision: a float32 copy of the trainable parameters n x 4 = "
+            f"{n_train:,} x 4")
     backup = n_train * s_n if cfg.rollback_nonfinite_weights else 0
     if adamw:
-        largest = _largest_trainable(shape, targets, lora_r) * s_n
-        temp = n_train * s_n if device == "cuda" else 2 * largest
-        how = ("sqrt(exp_avg_sq) of all tensors at once (foreach): n x s_n" if device == "cuda"
+        largest = _largest_trainable(shape, targets, lora_r) * s_opt
+        temp = n_train * s_opt if device == "cuda" else 2 * largest
+        how = (f"sqrt(exp_avg_sq) of all tensors at once (foreach): n x {s_opt}"
+               if device == "cuda"
                else f"sqrt(exp_avg_sq) one tensor at a time: 2 x the largest ({largest:,} B)")
     else:
         temp, how = 0, "SGD: none"

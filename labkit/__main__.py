@@ -25,16 +25,17 @@ COMMANDS = {
     "bench_memory": "labkit.scale.bench_memory",
     "trl_train": "labkit.trl_bridge.train",
     "tasks": "labkit.tasks.build",
+    "async_overlap": "labkit.offpolicy.measure",
 }
 
 
 def summary(module: str) -> str:
-    """The first line of ``module``'s docstring, read from its source: listing the commands
+    """The first paragraph of ``module``'s docstring, read from its source: listing the commands
     imports none of them (several import torch and transformers, seconds each)."""
     spec = importlib.util.find_spec(module)
     with open(spec.origin, encoding="utf-8") as source:
         doc = ast.get_docstring(ast.parse(source.read())) or ""
-    line = doc.splitlines()[0] if doc else ""
+    line = " ".join(doc.split("\n\n")[0].split())   # the first paragraph, on one line
     line = re.sub(r"[:.]?\s*``python -m [^`]*``\.?$", "", line).rstrip(".")
     return line.replace("``", "")   # reStructuredText's literals, printed as plain text
 

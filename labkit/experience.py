@@ -6,7 +6,8 @@ consecutive rows (TRL's layout), as tensors of three kinds:
 * prompt-aligned, left-padded: ``prompt_ids``, ``prompt_mask``;
 * completion-aligned, right-padded: ``completion_ids``, ``completion_mask`` (sampled tokens,
   end-of-turn included), ``loss_mask`` (the tokens that enter the loss), ``sample_logp`` and
-  ``sample_entropy`` (sampling log-probs and entropies), and, when the update needs them,
+  ``sample_entropy`` (sampling log-probs and entropies), ``token_versions`` (which policy
+  version sampled each token), and, when the update needs them,
   ``token_weights`` (a token filter's 0/1 weights), ``old_logp``, ``ref_logp``, ``values``,
   ``returns`` and ``token_advantages`` (GAE);
 * per row: ``lengths``, ``truncated``, ``rewards`` (the weighted total), ``reward_components``
@@ -31,7 +32,7 @@ import torch
 _PROMPT = ("prompt_ids", "prompt_mask")
 _COMPLETION = ("completion_ids", "completion_mask", "action_mask", "loss_mask", "sample_logp",
                "sample_entropy", "token_weights", "old_logp", "ref_logp", "values", "returns",
-               "token_advantages", "is_weights")
+               "token_advantages", "is_weights", "token_versions")
 
 
 @dataclass
@@ -64,6 +65,10 @@ class Experience:
     action_mask: torch.Tensor | None = None
     """(B, L) multi-turn episodes: 1 on tokens the policy sampled, 0 on the environment's
     (:mod:`labkit.agents.episodes`); None when the policy wrote every completion token"""
+    token_versions: torch.Tensor | None = None
+    """(B, L) long: the policy version (trainer step) whose weights sampled each token, -1 on
+    padding and on tokens no version sampled (demonstrations); stamped by the sampler
+    (:mod:`labkit.offpolicy`). Partial rollouts mix two versions in a row"""
     pad_token_id: int = 0
 
     @classmethod
@@ -148,7 +153,8 @@ class Experience:
         merged = {}
         for name, value in first._tensors():
             kind = first._kind(name)
-            fill = pad if name in ("prompt_ids", "completion_ids") else 0
+            fill = pad if name in ("prompt_ids", "completion_ids") else (
+                -1 if name == "token_versions" else 0)
             pieces = []
             for part in parts:
                 tensor = getattr(part, name)

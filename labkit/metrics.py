@@ -62,6 +62,8 @@ METRICS = {
                       "the largest)",
     "groups_discarded": "staleness_admission='discard': groups dropped in this step as more than "
                         "max_staleness steps old (the sampler refilled them)",
+    "newer_version_frac": "partial_rollouts: share of the batch's sampled tokens written by a "
+                          "newer policy version than their completion's first token",
     "admission_wait": "staleness_admission: time the trainer waited for its groups on the "
                       "simulated clock (one unit = one decoded token)",
     "offpolicy_ratio_mean": "max_staleness > 0: mean behaviour ratio pi_prox / pi_behav over the "

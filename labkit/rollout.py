@@ -240,6 +240,47 @@ def generate_from_ids(model, tokenizer, prompt_ids: torch.Tensor, prompt_mask: t
                     max_completion_length)
 
 
+@torch.inference_mode()
+def continue_rollout(model, tokenizer, head: Rollout, *, max_completion_length: int,
+                     **sampling) -> Rollout:
+    """Continue the completions of ``head`` that have not ended, with ``model``, up to
+    ``max_completion_length`` tokens in all: the partial rollouts of
+    :mod:`labkit.offpolicy.partial`, where ``head`` was sampled by older weights. The head must
+    have been sampled with a budget of exactly its width (every unfinished row is full, so it
+    continues from its last column). Each token keeps the sampling log-prob and entropy of the
+    weights that sampled it; ``sampling`` takes :func:`generate`'s keywords (temperature, top_p,
+    top_k, generator). Rows that ended in the head are not sampled again."""
+    width = head.completion_ids.size(1)
+    if max_completion_length <= width:
+        raise ValueError(f"max_completion_length ({max_completion_length}) must exceed the "
+                         f"head's {width} tokens to continue it")
+    if not bool((head.lengths[head.truncated] == width).all()):
+        raise ValueError("a truncated head row is shorter than the head: the head must be sampled "
+                         "with max_completion_length equal to its width")
+    rows = head.truncated.nonzero().squeeze(-1)
+    batch, device = head.completion_ids.size(0), head.completion_ids.device
+    tokens = torch.full((batch, max_completion_length), tokenizer.pad_token_id, dtype=torch.long,
+                        device=device)
+    logps = torch.zeros((batch, max_completion_length), dtype=torch.float32, device=device)
+    entropies = torch.zeros_like(logps)
+    tokens[:, :width], logps[:, :width] = head.completion_ids, head.logprobs
+    entropies[:, :width] = head.entropies
+    finished_at = torch.where(head.truncated, -1, head.lengths - 1)
+    if rows.numel():
+        tail = generate_from_ids(
+            model, tokenizer, torch.cat([head.prompt_ids, head.completion_ids], 1)[rows],
+            torch.cat([head.prompt_mask, head.completion_mask], 1)[rows],
+            max_completion_length=max_completion_length - width, check_context_length=False,
+            **sampling)
+        grown = tail.completion_ids.size(1)
+        tokens[rows, width:width + grown] = tail.completion_ids
+        logps[rows, width:width + grown] = tail.logprobs
+        entropies[rows, width:width + grown] = tail.entropies
+        finished_at[rows] = torch.where(tail.truncated, -1, width + tail.lengths - 1)
+    return _rollout(tokenizer, head.prompt_ids, head.prompt_mask, tokens, logps, entropies,
+                    finished_at, max_completion_length)
+
+
 def _decode_dynamic(model, cache, logits, attn, next_pos, *, max_completion_length: int,
                     temperature: float, top_p: float, top_k: int, greedy: bool, generator,
                     eos_id: int, pad_id: int):

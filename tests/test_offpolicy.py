@@ -142,6 +142,24 @@ BEHAV = torch.tensor([[-1.0, -0.2, -2.5, 0.0], [-0.4, -1.0, 0.0, 0.0]])
 MASK = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
 
 
+@pytest.mark.parametrize("error", [ValueError("reward failed"), SystemExit(3)],
+                         ids=["Exception", "SystemExit"])
+def test_a_failing_sampling_thread_stops_training(base, error):
+    """What ends the sampling thread reaches the training thread, which raises it instead of
+    waiting for a batch forever; a SystemExit too, which the thread does not catch."""
+    def failing_reward(prompts, completions, **columns):
+        raise error
+
+    model, tokenizer, data = base
+    config = preset("grpo", **{**SMALL, "max_staleness": 1, "async_mode": "overlapped"})
+    trainer = Trainer(config, model=copy.deepcopy(model), tokenizer=tokenizer,
+                      train_dataset=data, reward_funcs=[failing_reward])
+    with pytest.raises(RuntimeError, match="the sampling thread failed") as raised:
+        trainer.train()
+    cause = raised.value.__cause__  # a reward's Exception comes wrapped with the function's name
+    assert cause is error or ("failing_reward" in str(cause) and cause.__cause__ is error)
+
+
 def test_corrections_equal_hand_computed_weights():
     ratio = [[1.0, math.exp(-1.8), math.exp(2.0)], [math.exp(0.3), math.exp(-2.0)]]
     flat = [r for row in ratio for r in row]

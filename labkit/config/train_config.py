@@ -280,6 +280,14 @@ class TrainConfig:
     admission_train_time: float = _ranged(32.0, between(0, math.inf))
     """staleness_admission: one training step on the simulated clock, in units of one decoded
     token of a group's longest completion"""
+    partial_rollouts: bool = _ranged(False, boolean)
+    """a completion interrupted by a weight sync goes on with the newer weights (AReaL's
+    interruptible rollouts, arXiv 2505.24298; verl's partial_rollout): the deterministic sampler
+    decodes a chunk with version v and the rest with v + 1; tokens keep their version
+    (labkit.offpolicy.partial)"""
+    partial_rollout_chunk: int | None = _ranged(None, whole(1, optional=True))
+    """partial_rollouts: tokens of each completion the starting version decodes before the sync;
+    None = half of max_completion_length"""
 
     # ---- tools and multi-turn episodes (labkit.agents; the trainer's environment_factory) --------
     max_tool_calling_iterations: int | None = _ranged(None, whole(1, optional=True))

@@ -83,7 +83,17 @@ def sample_round(inputs: SamplingInputs, indices: list[int], sampling_model, sam
     except ContextLengthError as error:  # name the dataset's row (episodes repeat each prompt)
         row = indices[error.row // (num_generations if episodes else 1)]
         raise ContextLengthError(f"train_dataset row {row}: {error}", row) from None
-    generation_time = time.perf_counter() - tic
+    return scored_round(inputs, indices, rollout, sampler, time.perf_counter() - tic)
+
+
+def scored_round(inputs: SamplingInputs, indices: list[int], rollout, sampler,
+                 generation_time: float) -> tuple[Experience, SampledRound, float]:
+    """The second half of :func:`sample_round`: score the sampled ``rollout`` of the prompts
+    ``indices`` and feed the solve rates back to the prompt ``sampler``. Partial rollouts
+    (:mod:`labkit.offpolicy.partial`) sample in two pieces and score here once."""
+    cfg, num_generations = inputs.config, inputs.config.num_generations
+    episodes = inputs.environment_factory is not None
+    rows = inputs.train_dataset[indices]
     if cfg.rlplus_demonstrations:
         rollout = with_demonstrations(rollout, inputs.tokenizer, demonstration_texts(rows),
                                       num_generations)

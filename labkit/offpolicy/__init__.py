@@ -4,7 +4,8 @@ A sampler that runs ahead of the trainer (:mod:`labkit.offpolicy.staleness`: the
 consumer and their queue, deterministic or overlapped in a thread), the correction of the stale
 samples it produces (:mod:`labkit.offpolicy.correction`: TIS, IcePop, decoupled PPO), and the
 admission choices of a sampler whose groups take different times (:mod:`labkit.offpolicy.
-admission`: discard stale groups or slow the sampler down, and partial rollouts).
+admission`: discard stale groups or slow the sampler down), and partial rollouts continued by
+newer weights (:mod:`labkit.offpolicy.partial`).
 """
 
 from labkit.offpolicy.admission import (
@@ -23,15 +24,18 @@ from labkit.offpolicy.correction import (
     offpolicy_metrics,
     offpolicy_terms,
 )
+from labkit.offpolicy.partial import PartialBatch, PartialRolloutSampler
 from labkit.offpolicy.staleness import (
     ASYNC_MODES,
     AheadSampler,
     OverlappedSampler,
     StampedBatch,
     make_producer,
+    version_stamp,
 )
 
 __all__ = ["ADMISSIONS", "ASYNC_MODES", "CORRECTIONS", "OUTCOMES", "RATIO_QUANTILES",
            "AdmissionClock", "AdmissionRun", "AdmissionSampler", "AheadSampler", "OffPolicyTerms",
-           "OverlappedSampler", "StampedBatch", "correct_batch", "make_producer",
-           "offpolicy_metrics", "offpolicy_terms", "simulate_admission"]
+           "OverlappedSampler", "PartialBatch", "PartialRolloutSampler", "StampedBatch",
+           "correct_batch", "make_producer", "offpolicy_metrics", "offpolicy_terms",
+           "simulate_admission", "version_stamp"]

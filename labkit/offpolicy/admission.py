@@ -42,7 +42,12 @@ import pandas as pd
 
 from labkit.config.rules import config_rule
 from labkit.engine.sampling import sample_round, synced_sampling_model
-from labkit.offpolicy.staleness import StampedBatch, experience_from_state, experience_state
+from labkit.offpolicy.staleness import (
+    StampedBatch,
+    experience_from_state,
+    experience_state,
+    version_stamp,
+)
 
 #: ``staleness_admission`` values (None: whole batches, no clock: :mod:`labkit.offpolicy.staleness`).
 ADMISSIONS = ("discard", "slow_down")
@@ -280,7 +285,9 @@ class AdmissionSampler:
         for j, index in enumerate(indices):
             rows = slice(j * generations, (j + 1) * generations)
             group = self.clock.next_id + j
-            self.groups[group] = (batch.select(rows), _round_rows(round_, rows), seconds / n)
+            part = batch.select(rows)
+            part.token_versions = version_stamp(part, self.clock.version)
+            self.groups[group] = (part, _round_rows(round_, rows), seconds / n)
             row = trainer.train_dataset[int(index)]
             self.about[group] = {
                 "prompt_index": int(index),

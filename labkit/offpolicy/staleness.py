@@ -30,6 +30,7 @@ The trainer asks :func:`make_producer` for the mode's producer, takes each step'
 from __future__ import annotations
 
 import copy
+import sys
 import threading
 import time
 from collections import deque
@@ -72,6 +73,7 @@ class AheadSampler:
         oldest."""
         while len(self.queue) <= self.max_staleness:
             batch, row = trainer.sample_and_score()
+            batch.token_versions = version_stamp(batch, trainer.step)
             self.queue.append(StampedBatch(batch, row, trainer.step, trainer.temperature))
         stamped = self.queue.popleft()
         return replace(stamped, row=dict(stamped.row))  # a retried step starts from a clean row
@@ -86,16 +88,32 @@ class AheadSampler:
     def state_dict(self) -> dict:
         """The queue (the batches sampled ahead, their rows, versions and temperatures) as
         tensors and plain containers, for a checkpoint (loaded with ``weights_only=True``)."""
-        return {"queue": [{"batch": experience_state(s.batch), "row": dict(s.row),
-                           "version": s.version, "temperature": s.temperature}
-                          for s in self.queue]}
+        return {"queue": [self.item_state(s) for s in self.queue]}
 
     def load_state_dict(self, state: dict) -> None:
-        self.queue = deque(StampedBatch(experience_from_state(s["batch"]), dict(s["row"]),
-                                        s["version"], s["temperature"]) for s in state["queue"])
+        self.queue = deque(self.item_from_state(s) for s in state["queue"])
+
+    def item_state(self, stamped: StampedBatch) -> dict:
+        """One queued batch for :meth:`state_dict`."""
+        return {"batch": experience_state(stamped.batch), "row": dict(stamped.row),
+                "version": stamped.version, "temperature": stamped.temperature}
+
+    def item_from_state(self, state: dict) -> StampedBatch:
+        return StampedBatch(experience_from_state(state["batch"]), dict(state["row"]),
+                            state["version"], state["temperature"])
 
     def close(self) -> None:
         pass  # the queue stays: another train() call goes on with it
+
+
+def version_stamp(batch, version) -> torch.Tensor:
+    """``Experience.token_versions`` of ``batch``: ``version`` (an int, or a tensor that
+    broadcasts over the (B, L) completion columns) on the tokens a policy sampled, -1 on padding
+    and on demonstrations (RL-PLUS), which no version sampled."""
+    sampled = batch.completion_mask.bool()
+    if batch.demonstrations is not None:
+        sampled = sampled & ~batch.demonstrations[:, None]
+    return torch.where(sampled, torch.as_tensor(version, device=sampled.device), -1)
 
 
 def experience_state(batch) -> dict:
@@ -202,31 +220,49 @@ class OverlappedSampler:
                 and len(self._ready) <= self.max_staleness)
 
     def _run(self, trainer) -> None:
-        cfg, view = trainer.config, self._view
+        """The thread's body: sample batches until closed. An ``Exception`` (a reward function's,
+        the model's) is handed to the training thread, which raises it at its next batch. A
+        ``BaseException`` that is not one (``SystemExit`` from a reward function; a thread ends
+        on it silently) is not caught: it ends the thread, and the ``finally`` hands it over on
+        its way out, since the training thread would otherwise wait for a batch forever."""
+        error: BaseException | None = None
         try:
-            while True:
-                with self._condition:
-                    while not self._stop and not self._admitted():
-                        self._condition.wait(timeout=1.0)
-                    if self._stop:
-                        return
-                    with torch.no_grad():
-                        for own, published in zip(view.model.parameters(),
-                                                  self._published.parameters(), strict=True):
-                            own.copy_(published)
-                    version = self._version
-                view.temperature = temperature_at(version, cfg.max_steps, cfg.temperature,
-                                                  cfg.temperature_final,
-                                                  cfg.temperature_schedule)
-                with self._decoding():
-                    batch, row = self._sample(view)
-                with self._condition:
-                    self._ready.append(StampedBatch(batch, row, version, view.temperature))
-                    self._started += 1
-                    self._condition.notify_all()
-        except BaseException as error:  # handed to the training thread, which raises it
+            self._sample_until_closed(trainer)
+        # Not swallowed: the training thread raises it (next). Reward functions are the user's
+        # code, so any Exception can come from them; naming a few would let the rest end the
+        # thread on a traceback the notebook never sees.
+        except Exception as failure:  # noqa: BLE001
+            error = failure
+        finally:
             with self._condition:
+                if error is None and not self._stop:  # a BaseException on its way out
+                    error = sys.exc_info()[1]
                 self._error = error
+                self._condition.notify_all()
+
+    def _sample_until_closed(self, trainer) -> None:
+        """Sample each admitted batch with the published weights, until :meth:`close`."""
+        cfg, view = trainer.config, self._view
+        while True:
+            with self._condition:
+                while not self._stop and not self._admitted():
+                    self._condition.wait(timeout=1.0)
+                if self._stop:
+                    return
+                with torch.no_grad():
+                    for own, published in zip(view.model.parameters(),
+                                              self._published.parameters(), strict=True):
+                        own.copy_(published)
+                version = self._version
+            view.temperature = temperature_at(version, cfg.max_steps, cfg.temperature,
+                                              cfg.temperature_final,
+                                              cfg.temperature_schedule)
+            with self._decoding():
+                batch, row = self._sample(view)
+            batch.token_versions = version_stamp(batch, version)
+            with self._condition:
+                self._ready.append(StampedBatch(batch, row, version, view.temperature))
+                self._started += 1
                 self._condition.notify_all()
 
 
@@ -239,6 +275,10 @@ def make_producer(trainer):
         from labkit.offpolicy.admission import AdmissionSampler  # it builds on this module
 
         return AdmissionSampler(trainer)
+    if cfg.partial_rollouts:
+        from labkit.offpolicy.partial import PartialRolloutSampler  # it builds on this module
+
+        return PartialRolloutSampler(trainer)
     return AheadSampler(cfg.max_staleness)
 
 
@@ -253,4 +293,4 @@ def _check_overlapped(config):
 
 
 __all__ = ["ASYNC_MODES", "AheadSampler", "OverlappedSampler", "StampedBatch",
-           "experience_from_state", "experience_state", "make_producer"]
+           "experience_from_state", "experience_state", "make_producer", "version_stamp"]

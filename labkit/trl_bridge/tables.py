@@ -289,6 +289,8 @@ NOT_CARRIED = _WithSettings({
     "offpolicy_weight_floor": "offpolicy_correction only (refused)",
     "staleness_admission": "max_staleness only (refused)",
     "admission_train_time": "max_staleness only (refused)",
+    "partial_rollouts": "max_staleness only (refused)",
+    "partial_rollout_chunk": "max_staleness only (refused)",
 }, _not_carried_settings)
 
 #: TRL knobs the lab does not have, pinned to the lab's behaviour so that TRL's defaults cannot

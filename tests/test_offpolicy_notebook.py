@@ -44,6 +44,19 @@ def test_ratio_figure_has_the_histogram_and_the_shares():
         viz.plot_offpolicy_ratio(prox, behav, torch.zeros_like(mask))
 
 
+def test_admission_figure_shares_kept_per_length_bin():
+    import pandas as pd
+
+    kept_short = pd.DataFrame({"length": [10, 20, 30, 40], "kept": [True, True, False, False],
+                               "outcome": ["trained", "trained", "discarded", "discarded"]})
+    everything = kept_short.assign(kept=True, outcome="trained")
+    fig = viz.plot_admission({"discard": kept_short, "slow down": everything}, bins=2)
+    heights = [p.get_height() for p in fig.axes[0].patches]
+    assert heights == pytest.approx([1.0, 0.0, 1.0, 1.0])  # discard: short bin kept, long not
+    with pytest.raises(ValueError, match=r"has no \['kept'\]"):
+        viz.plot_admission({"x": kept_short.drop(columns="kept")})
+
+
 def test_stale_logprobs_names_the_missing_checkpoints():
     with pytest.raises(ValueError, match=r"needs steps \[2, 6\]"):
         viz.stale_logprobs(torch.nn.Linear(1, 1), {2: {}, 3: {}}, batch=None, base=2,

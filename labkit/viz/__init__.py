@@ -41,6 +41,7 @@ function                       what it draws
 ``staleness_table``            the same batch per staleness: ratio quantiles, clip and corrected shares
 ``stale_logprobs``             one batch scored by later checkpoints of a run (the table's input)
 ``plot_staleness_schedule``    which policy version sampled the batch each step trains on
+``plot_admission``             the share of groups discard or slow-down trains, by length
 =============================  =================================================================
 
 One module per notebook family (``policy_gradient`` 01, ``grpo`` 02-03, ``dapo`` 04, ``gspo`` 05,
@@ -75,6 +76,7 @@ from labkit.viz.grpo import group_advantages_table, plot_group_advantages, plot_
 from labkit.viz.gspo import plot_ratio_spread, ratio_spread
 from labkit.viz.offpolicy import (
     BEHAVIOUR_RATIO_LABEL,
+    plot_admission,
     plot_offpolicy_ratio,
     plot_staleness_schedule,
     stale_logprobs,
@@ -110,6 +112,7 @@ __all__ = [
     "load_run",
     "majority_vote_groups",
     "multitask_weight_paths",
+    "plot_admission",
     "plot_aggregation_weights",
     "plot_clip_region",
     "plot_episode",

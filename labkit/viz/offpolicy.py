@@ -15,12 +15,14 @@ function                       what it gives
 ``staleness_table``            per staleness: the ratio's quantiles, clip and corrected shares, KL
 ``plot_offpolicy_ratio``       the ratio's histogram, PPO's clip band, the correction's bounds
 ``plot_staleness_schedule``    which policy version sampled the batch each step trains on
+``plot_admission``             the share of groups an admission rule trains, by length
 =============================  ==================================================================
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 
 import numpy as np
 import pandas as pd
@@ -28,7 +30,7 @@ import torch
 from matplotlib.figure import Figure
 
 from labkit.offpolicy import offpolicy_metrics, offpolicy_terms
-from labkit.viz.style import SMALL, ZERO_SHADE, legend_beside, make_panels
+from labkit.viz.style import SMALL, ZERO_SHADE, grouped_bars, legend_beside, make_panels
 
 #: the behaviour ratio's axis (a log scale: a ratio of 2 and one of 1/2 are equally far from 1)
 BEHAVIOUR_RATIO_LABEL = r"behaviour ratio $\pi_{prox} / \pi_{behav}$ per token (log scale)"
@@ -152,5 +154,37 @@ def plot_staleness_schedule(versions: Mapping[str, Sequence[int]], axes=None) ->
     return fig
 
 
-__all__ = ["BEHAVIOUR_RATIO_LABEL", "plot_offpolicy_ratio", "plot_staleness_schedule",
-           "stale_logprobs", "staleness_table"]
+def plot_admission(groups: Mapping[str, pd.DataFrame], bins: int = 6, axes=None) -> Figure:
+    """Which groups an admission rule keeps, by length: one bar series per rule.
+
+    ``groups`` maps a rule's name to its per-group table (``simulate_admission(...).groups`` or a
+    trainer's ``admission_log``: ``length`` and ``kept`` columns; pending groups are left out).
+    The lengths (a group's longest completion, tokens) are cut into ``bins`` bins of equal count
+    over all rules' groups, so every rule is read on the same bins; each bar is the share of that
+    bin's groups the rule trained. A rule that keeps everything draws bars of height 1.
+    """
+    if not groups:
+        raise ValueError("groups is empty: pass {rule name: per-group table}")
+    done = {}
+    for name, table in groups.items():
+        missing = {"length", "kept"} - set(table.columns)
+        if missing:
+            raise ValueError(f"groups[{name!r}] has no {sorted(missing)} column(s)")
+        done[name] = table[table["outcome"] != "pending"] if "outcome" in table else table
+    lengths = pd.concat([t["length"] for t in done.values()])
+    edges = np.unique(np.quantile(lengths, np.linspace(0, 1, bins + 1)))
+    labels = [f"{lo:.0f}-{hi:.0f}" for lo, hi in pairwise(edges)]
+    fig, (ax,) = make_panels(axes, 1, width=6.4, height=3.0)
+    shares = {name: t.groupby(pd.cut(t["length"], edges, labels=labels, include_lowest=True),
+                              observed=False)["kept"].mean().to_numpy(dtype=float)
+              for name, t in done.items()}
+    grouped_bars(ax, shares)
+    ax.set_xticks(np.arange(len(labels)), labels)
+    ax.set(xlabel="group's longest completion (tokens), bins of equal count",
+           ylabel="share of groups trained", ylim=(0, 1.1))
+    legend_beside(ax)
+    return fig
+
+
+__all__ = ["BEHAVIOUR_RATIO_LABEL", "plot_admission", "plot_offpolicy_ratio",
+           "plot_staleness_schedule", "stale_logprobs", "staleness_table"]

@@ -85,8 +85,9 @@ TRICK_IDS = (
 
 
 #: Methods beyond the 29 tricks that every learner meets in current papers and that TRL or verl
-#: expose: the other surrogates, entropy-side token filters, the soft reference update, and the
-#: correction for a sampler that is not the trainer.
+#: expose: the other surrogates, entropy-side token filters, the soft reference update, the
+#: correction for a sampler that is not the trainer, agents, and asynchronous training (a sampler
+#: ahead of the trainer, the corrections of its stale samples, admission, partial rollouts).
 EXTRA_IDS = (
     "cispo",
     "sapo",
@@ -99,6 +100,13 @@ EXTRA_IDS = (
     "tool-calls",
     "environment-token-mask",
     "multi-turn-episodes",
+    "async-staleness",
+    "coupled-stale",
+    "tis-stale",
+    "icepop",
+    "decoupled-ppo",
+    "staleness-admission",
+    "partial-rollouts",
 )
 
 
@@ -231,6 +239,12 @@ _SEARCHR1 = (("Search-R1: Training LLMs to Reason and Leverage Search Engines wi
               "Reinforcement Learning"), "2503.09516")
 _RAGEN = (("RAGEN: Understanding Self-Evolution in LLM Agents via Multi-Turn Reinforcement "
            "Learning"), "2504.20073")
+_ASYNC_RLHF = ("Asynchronous RLHF: Faster and More Efficient Off-Policy RL for Language Models",
+               "2410.18252")
+_AREAL = (("AReaL: A Large-Scale Asynchronous Reinforcement Learning System for Language "
+           "Reasoning"), "2505.24298")
+_RING1T = ("Every Step Evolves: Scaling Reinforcement Learning for Trillion-Scale Thinking Model",
+           "2510.18855")
 
 _NB = {
     "ppo": "notebooks/01_ppo.ipynb",
@@ -243,6 +257,7 @@ _NB = {
     "rewards": "notebooks/08_rewards_data.ipynb",
     "scaling": "notebooks/09_scaling_up.ipynb",
     "agents": "notebooks/10_agents.ipynb",
+    "async": "notebooks/11_async.ipynb",
 }
 
 _A, _F, _L, _S = "labkit.advantages.", "labkit.tricks.filters.", "labkit.losses.", "labkit.rewards.shaping."
@@ -258,6 +273,8 @@ _TE = "tests/test_exploration.py::"
 _PS, _TPS = "labkit.tricks.prompt_sampling.", "tests/test_prompt_sampling.py::"
 _LC, _TLC = "labkit.rewards.length.", "tests/test_length_control.py::"
 _TM = "tests/test_mismatch.py::"
+_OP, _TOP = "labkit.offpolicy.", "tests/test_offpolicy.py::"
+_TAD, _TPR = "tests/test_offpolicy_admission.py::", "tests/test_offpolicy_partial.py::"
 
 
 def _m(paper, **kwargs) -> Method:
@@ -890,6 +907,121 @@ CATALOG: tuple[Method, ...] = (
         note="A game whose replies depend on every earlier turn, with an outcome reward "
              "(get_reward) and per-turn rewards (turn_rewards): RAGEN's StarPO optimises whole "
              "multi-turn trajectories.",
+    ),
+    # ---------------------------------------------------------------- asynchronous (notebook 11)
+    _m(
+        _ASYNC_RLHF,
+        id="async-staleness",
+        changes="sampling",
+        functions=(_OP + "make_producer", _OP + "AheadSampler", _OP + "OverlappedSampler"),
+        config={"max_staleness": 2, "async_mode": "deterministic"},
+        notebook=_NB["async"],
+        tests=(_TOP + "test_max_staleness_zero_is_todays_trainer_bit_for_bit",
+               _TOP + "test_step_t_trains_the_batch_sampled_at_step_t_minus_k",
+               _TOP + "test_overlapped_mode_trains_within_the_bound"),
+        note="Noukhovitch et al. (section 3) train on samples of the previous policy while the "
+             "next ones generate: off-policy by k steps. The lab's sampler runs k batches ahead "
+             "(max_staleness=k; prime-rl's async level, AReaL's max_head_offpolicyness, TRL "
+             "AsyncGRPOTrainer's max_staleness), each batch stamped with the version that "
+             "sampled it. async_mode='deterministic' runs it in one thread, reproducibly (k=0 is "
+             "the synchronous trainer, number for number); 'overlapped' samples in a real thread "
+             "beside the trainer, not reproducible.",
+    ),
+    _m(
+        _PPO,
+        id="coupled-stale",
+        changes="ratio",
+        functions=(_OP + "correct_batch", _OP + "offpolicy_terms"),
+        config={"max_staleness": 2, "offpolicy_correction": "coupled"},
+        notebook=_NB["async"],
+        tests=(_TOP + "test_coupled_anchors_the_clip_on_the_behaviour_policy",),
+        note="PPO's ratio (section 3, eq. 7) with the sampling policy as pi_old: the 'coupled' "
+             "objective in the terms of AReaL (arXiv 2505.24298, section 5.2), what TRL's "
+             "AsyncGRPOTrainer and prime-rl do with a stale batch. The clip then binds on the "
+             "staleness as well as on the update; the lab's alternatives keep the clip on the "
+             "proximal policy (decoupled-ppo).",
+    ),
+    _m(
+        _TIS,
+        id="tis-stale",
+        changes="ratio",
+        functions=(_OP + "offpolicy_terms", "labkit.tricks.mismatch.mismatch_weights"),
+        config={"max_staleness": 2, "offpolicy_correction": "tis",
+                "offpolicy_weight_floor": 0.5, "offpolicy_weight_cap": 5.0},
+        notebook=_NB["async"],
+        tests=(_TOP + "test_corrections_equal_hand_computed_weights",
+               _TOP + "test_correction_metrics_are_the_hand_computed_ones"),
+        note="Truncated importance sampling against the policy that sampled, applied to stale "
+             "samples: the weight pi_prox / pi_behav per token, truncated to [floor, cap] "
+             "(verl's token_truncate). The blog of Yao et al. (2025, no arXiv id, as in "
+             "tis-mismatch) wrote it for the sampler/trainer mismatch of a synchronous trainer; "
+             "the lab uses the same function (labkit.tricks.mismatch) for staleness, with the "
+             "clip anchored on the proximal policy.",
+    ),
+    _m(
+        _RING1T,
+        id="icepop",
+        changes="ratio",
+        functions=(_OP + "offpolicy_terms",),
+        config={"max_staleness": 2, "offpolicy_correction": "icepop",
+                "offpolicy_weight_floor": 0.5, "offpolicy_weight_cap": 5.0},
+        notebook=_NB["async"],
+        tests=(_TOP + "test_corrections_equal_hand_computed_weights",),
+        note="IcePop (Ring-1T, section 3.1): tokens whose weight lies outside [0.5, 5] are "
+             "masked, not truncated. The paper corrects the training/inference mismatch of a "
+             "synchronous trainer; the lab applies it to stale samples, token level only.",
+    ),
+    _m(
+        _AREAL,
+        id="decoupled-ppo",
+        changes="clip",
+        functions=(_OP + "correct_batch", _OP + "offpolicy_terms"),
+        config={"max_staleness": 2, "offpolicy_correction": "decoupled",
+                "offpolicy_weight_cap": 5.0},
+        notebook=_NB["async"],
+        tests=(_TOP + "test_decoupled_ppo_is_ppo_when_behaviour_is_proximal",
+               _TOP + "test_every_loss_and_estimator_trains_two_steps_stale",
+               _TPR + "test_the_correction_weighs_each_token_against_its_own_version"),
+        note="AReaL's decoupled PPO (section 5.2, eq. 5), after Hilton et al.'s decoupled "
+             "objective (arXiv 2110.00641, section 4): the clip keeps the policy near the "
+             "proximal policy (the weights at the update's start, one no-gradient forward) and "
+             "the weight pi_prox / pi_behav corrects for the stale sampler; weights above "
+             "offpolicy_weight_cap are masked (AReaL's behav_imp_weight_cap).",
+    ),
+    _m(
+        _AREAL,
+        id="staleness-admission",
+        changes="sampling",
+        functions=(_OP + "simulate_admission", _OP + "AdmissionSampler"),
+        config={"max_staleness": 2, "staleness_admission": "slow_down",
+                "admission_train_time": 32.0},
+        notebook=_NB["async"],
+        tests=(_TAD + "test_a_hand_worked_schedule",
+               _TAD + "test_discard_drops_the_long_groups_and_slow_down_keeps_the_sampled_lengths",
+               _TAD + "test_the_trainer_logs_every_group_and_keeps_the_bound"),
+        note="Groups take different times, so long groups carry older versions. 'slow_down' is "
+             "AReaL's staleness control (section 5.1): at most (k + v + 1) x batch groups may "
+             "have started by version v, the trainer waits for stragglers, nothing is dropped. "
+             "'discard' drops groups older than k (TRL AsyncGRPOTrainer, prime-rl, "
+             "open-instruct), which biases training toward short, easy groups. On a simulated "
+             "clock (one unit per decoded token); the sampling is real.",
+    ),
+    _m(
+        _AREAL,
+        id="partial-rollouts",
+        changes="sampling",
+        functions=(_OP + "PartialRolloutSampler", "labkit.rollout.continue_rollout"),
+        config={"max_staleness": 1, "partial_rollouts": True, "partial_rollout_chunk": 64},
+        notebook=_NB["async"],
+        tests=(_TPR + "test_token_versions_follow_the_schedule",
+               _TPR + "test_sampling_logprobs_are_each_tokens_own_version",
+               _TPR + "test_a_seeded_run_gives_the_same_history_twice"),
+        note="AReaL's interruptible rollouts (section 4) and verl's partial_rollout: a "
+             "completion interrupted by a weight sync goes on with the newer weights, each token "
+             "keeping its version (Experience.token_versions) and its own sampling log-prob. "
+             "The lab departs: no decode loop swaps weights; the deterministic sampler decodes "
+             "the first partial_rollout_chunk tokens with version v and continues them with "
+             "v + 1 at the next step.",
     ),
 )
 

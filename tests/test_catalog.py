@@ -74,6 +74,7 @@ NOTEBOOKS = {
     "notebooks/08_rewards_data.ipynb",
     "notebooks/09_scaling_up.ipynb",
     "notebooks/10_agents.ipynb",
+    "notebooks/11_async.ipynb",
 }
 
 

@@ -18,8 +18,8 @@ COLUMNS = ("labkit", "TRL AsyncGRPOTrainer", "prime-rl", "verl (fully async)", "
 #: One row per lab setting: what the other trainers call it.
 HANDOFF = (
     ("`max_staleness=k`", "`max_staleness` (default 4)", "`max_async_level`; `max_off_policy_steps`",
-     "`async_training.staleness_threshold` (a share of stale samples, not steps), "
-     "`async_training.trigger_parameter_sync_step`", "`rollout.max_head_offpolicyness`"),
+     ("`async_training.staleness_threshold` (a share of stale samples, not steps), "
+      "`async_training.trigger_parameter_sync_step`"), "`rollout.max_head_offpolicyness`"),
     ("`async_mode='deterministic'`", "none: sampling overlaps for real", "none", "none", "none"),
     ("`async_mode='overlapped'`", "the rollout worker on a vLLM server (refused)",
      "the inference server beside the trainer", "the Rollouter on its own GPUs",
@@ -28,16 +28,16 @@ HANDOFF = (
      "its loss, with the inference log-probs as the old policy", "-", "-"),
     ("`offpolicy_correction='decoupled'`, `offpolicy_weight_cap=5`", "none", "none", "-",
      "decoupled PPO (`use_decoupled_loss`), weight cap `behav_imp_weight_cap`"),
-    ("`offpolicy_correction='tis'` / `'icepop'`", "none for stale samples (its "
-     "`vllm_importance_sampling_*` correct the engines' mismatch in `GRPOTrainer`)", "-",
+    ("`offpolicy_correction='tis'` / `'icepop'`", ("none for stale samples (its "
+     "`vllm_importance_sampling_*` correct the engines' mismatch in `GRPOTrainer`)"), "-",
      "rollout correction, token-level truncate or mask", "-"),
     ("`staleness_admission='discard'`", "what `max_staleness` does: older samples dropped",
      "`max_off_policy_steps`: older rollouts dropped", "-", "-"),
     ("`staleness_admission='slow_down'`", "none", "`max_async_level` bounds how far inference runs",
      "-", "admission by `max_head_offpolicyness`: (k + v + 1) x batch samples may have started"),
     ("`partial_rollouts=True`", "none", "in-flight rollouts keep decoding across weight updates",
-     "`async_training.partial_rollout`", "interruptible generation: rollouts continue with the "
-     "new weights"),
+     "`async_training.partial_rollout`", ("interruptible generation: rollouts continue with the "
+                                           "new weights")),
 )
 
 #: Settings of the inference-server trainers that the lab refuses by name: nothing on one device

@@ -115,6 +115,21 @@ _SETTINGS: ContextVar[DecodeSettings | None] = ContextVar("labkit_decode_setting
 
 
 @contextmanager
+def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Set logits outside the top-k / nucleus top-p set to -inf. ``logits``: (B, V)."""
+    if top_k and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        # drop a token when the mass before it already reaches top_p (the first always stays)
+        drop_sorted = (cum - sorted_logits.softmax(-1)) >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
 def decode_settings(path: str | None = None, cuda_graphs: bool | None = None):
     """Within the block, :func:`labkit.rollout.generate` (and everything that calls it:
     evaluation, rejection sampling, episodes) decodes with these settings unless a call names its
@@ -372,7 +387,6 @@ def sample_next(logits, *, temperature: float, top_p: float, top_k: int, greedy:
     The log-prob and entropy are those of the temperature-scaled full softmax (see
     :mod:`labkit.rollout`); ``noise`` is the Exp(1) draw for sampling (unused when greedy).
     """
-    from labkit.rollout import filter_logits
 
     scaled = logits if greedy else logits / temperature
     logp_all = torch.log_softmax(scaled, dim=-1)

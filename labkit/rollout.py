@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
-from labkit.decode import current_settings, decode_fixed, plan_decoding
+from labkit.decode import current_settings, decode_fixed, filter_logits, plan_decoding
 from labkit.models import attention_kernels
 from labkit.runtime.compat import cache_kwargs
 
@@ -101,21 +101,6 @@ def encode_prompts(tokenizer, prompts, device) -> tuple[torch.Tensor, torch.Tens
     enc = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left",
                     add_special_tokens=False)
     return enc["input_ids"].to(device), enc["attention_mask"].to(device)
-
-
-def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
-    """Set logits outside the top-k / nucleus top-p set to -inf. ``logits``: (B, V)."""
-    if top_k and top_k < logits.size(-1):
-        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
-        cum = sorted_logits.softmax(-1).cumsum(-1)
-        # drop a token when the mass before it already reaches top_p (the first always stays)
-        drop_sorted = (cum - sorted_logits.softmax(-1)) >= top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
-    return logits
 
 
 class ContextLengthError(ValueError):

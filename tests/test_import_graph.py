@@ -53,3 +53,12 @@ def test_a_method_package_has_no_import_circle(package):
 def test_the_circle_finder_finds_a_circle():
     assert circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert circle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_module_of_labkit_imports_one_that_imports_it_back():
+    """The same rule across the whole package: between any two modules (package ``__init__`` files
+    aside, whose job is to gather their folder), imports run one way."""
+    modules = {".".join(p.relative_to(LABKIT.parent).with_suffix("").parts): p
+               for p in LABKIT.rglob("*.py") if p.stem != "__init__"}
+    graph = {name: imports_of(path) & set(modules) for name, path in modules.items()}
+    assert circle(graph) is None, " -> ".join(circle(graph))

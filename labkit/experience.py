@@ -67,7 +67,8 @@ class Experience:
     (:mod:`labkit.agents.episodes`); None when the policy wrote every completion token"""
     token_versions: torch.Tensor | None = None
     """(B, L) long: the policy version (trainer step) whose weights sampled each token, -1 on
-    padding and on tokens no version sampled (demonstrations); stamped by the sampler
+    padding and on tokens no version sampled (an episode's environment tokens, demonstrations);
+    stamped by the sampler
     (:mod:`labkit.offpolicy`). Partial rollouts mix two versions in a row"""
     pad_token_id: int = 0
 

@@ -108,9 +108,12 @@ class AheadSampler:
 
 def version_stamp(batch, version) -> torch.Tensor:
     """``Experience.token_versions`` of ``batch``: ``version`` (an int, or a tensor that
-    broadcasts over the (B, L) completion columns) on the tokens a policy sampled, -1 on padding
-    and on demonstrations (RL-PLUS), which no version sampled."""
+    broadcasts over the (B, L) completion columns) on the tokens a policy sampled, -1 on padding,
+    on an episode's environment tokens and on demonstrations (RL-PLUS), which no version
+    sampled."""
     sampled = batch.completion_mask.bool()
+    if batch.action_mask is not None:
+        sampled = sampled & batch.action_mask.bool()
     if batch.demonstrations is not None:
         sampled = sampled & ~batch.demonstrations[:, None]
     return torch.where(sampled, torch.as_tensor(version, device=sampled.device), -1)

@@ -114,7 +114,6 @@ class DecodeSettings:
 _SETTINGS: ContextVar[DecodeSettings | None] = ContextVar("labkit_decode_settings", default=None)
 
 
-@contextmanager
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """Set logits outside the top-k / nucleus top-p set to -inf. ``logits``: (B, V)."""
     if top_k and top_k < logits.size(-1):
@@ -130,6 +129,7 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
     return logits
 
 
+@contextmanager
 def decode_settings(path: str | None = None, cuda_graphs: bool | None = None):
     """Within the block, :func:`labkit.rollout.generate` (and everything that calls it:
     evaluation, rejection sampling, episodes) decodes with these settings unless a call names its

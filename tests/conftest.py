@@ -28,6 +28,7 @@ LONG_FILES = {
     "notebooks/05_gspo.ipynb": 179,
     "tests/test_browser.py": 165,
     "notebooks/10_agents.ipynb": 147,
+    "notebooks/11_async.ipynb": 153,
     "notebooks/04_dapo.ipynb": 138,
     "tests/test_fuzz_round2.py": 120,
     "tests/test_hub.py": 110,

@@ -136,6 +136,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -159,6 +160,8 @@ GPU_SIZES_GIB = (16, 24, 40, 80)
 OPTIMIZERS = ("adamw", "sgd")
 #: The phases of a step whose peaks the total compares.
 PHASES = ("sampling", "train", "step")
+# the phases column of a component live throughout the step
+_ALL_PHASES = ", ".join(PHASES)
 #: Model types whose decoder layer the formulas describe (Llama-style: RMSNorm, GQA, SwiGLU).
 SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3", "llama", "mistral")
 #: Projections of a decoder layer that LoRA can adapt: name -> (in features, out features).
@@ -276,7 +279,11 @@ def lora_trainable_parameters(model_config_or_name, r: int, target_modules=None)
     shape = _Shape(_config(model_config_or_name))
     if not isinstance(r, int) or isinstance(r, bool) or r < 1:
         raise ValueError(f"r (lora_r) must be an integer >= 1, got {r!r}")
-    names = _targets(target_modules)
+    return _adapter_parameters(shape, r, _targets(target_modules))
+
+
+def _adapter_parameters(shape: _Shape, r: int, names) -> int:
+    """``r (in + out)`` per adapted projection ``names`` per layer."""
     shapes = shape.linear_shapes()
     return shape.L * sum(r * (shapes[n][0] + shapes[n][1]) for n in names)
 
@@ -333,8 +340,27 @@ def memory_plan(model_config_or_name, train_config=None, *, prompt_length: int |
     that does not exist in this configuration (no reference model at beta = 0, no critic
     without PPO) has no row.
     """
+    cfg, prompt_length = _checked_arguments(train_config, prompt_length, optimizer, device,
+                                            master_weights)
+    shape = _Shape(_config(model_config_or_name))
+    t = _trainable(shape, cfg, device, master_weights)
+    run = _RunSizes(G=cfg.num_generations, p=cfg.prompts_per_step, P=prompt_length,
+                    C=cfg.max_completion_length, b=cfg.micro_batch_size or cfg.mini_batch_size)
+    adamw = optimizer == "adamw"
+    activations = _activations_row(shape, t, run, cfg)
+    rows = [*_state_rows(t, adamw),
+            _step_temporaries_row(shape, t, adamw, device, cfg.rollback_nonfinite_weights),
+            activations,
+            _logits_row(shape, t, run),
+            *_sampling_rows(shape, t, run),
+            *_model_copy_rows(shape, t, cfg, adamw, activations["bytes"])]
+    return _with_total(rows)
+
+
+def _checked_arguments(train_config, prompt_length, optimizer, device, master_weights):
+    """``(train_config, prompt_length)`` with their defaults filled in; TypeError/ValueError
+    naming the argument when one of :func:`memory_plan`'s arguments is out of range."""
     from labkit.config import TrainConfig
-    from labkit.engine.forward import shares_prompts
 
     cfg = TrainConfig() if train_config is None else train_config
     if not isinstance(cfg, TrainConfig):
@@ -351,9 +377,28 @@ def memory_plan(model_config_or_name, train_config=None, *, prompt_length: int |
         prompt_length = 256
     if not isinstance(prompt_length, int) or isinstance(prompt_length, bool) or prompt_length < 1:
         raise ValueError(f"prompt_length must be an integer >= 1 (tokens), got {prompt_length!r}")
-    shape = _Shape(_config(model_config_or_name))
-    dtype, s = _dtype_bytes(cfg.dtype, device)
+    return cfg, prompt_length
 
+
+@dataclass(frozen=True)
+class _Trainable:
+    """What trains, and in which precision: the module docstring's ``N``, ``n``, ``r``, ``s``
+    and ``s_n`` for one run."""
+
+    dtype: str  # the training dtype, "auto" resolved
+    s: int  # bytes per element of the training dtype
+    n_params: int  # N
+    lora_r: int  # r; 0 without LoRA
+    targets: tuple[str, ...]  # the adapted projections; () without LoRA
+    n_train: int  # n: N, or the adapters' parameters
+    s_n: int  # bytes of a trainable parameter
+    master: bool  # a float32 master copy and float32 AdamW moments
+    s_opt: int  # bytes of an AdamW moment and of its step temporaries
+
+
+def _trainable(shape: _Shape, cfg, device: str, master_weights: bool) -> _Trainable:
+    """The run's :class:`_Trainable`: full training, or LoRA's adapters over a frozen base."""
+    dtype, s = _dtype_bytes(cfg.dtype, device)
     n_params = shape.parameters()
     # LoRA is on with use_peft (TRL's switch); lora_r alone is only the rank it would use
     lora = bool(getattr(cfg, "use_peft", False)) and (getattr(cfg, "lora_r", 0) or 0) > 0
@@ -362,57 +407,83 @@ def memory_plan(model_config_or_name, train_config=None, *, prompt_length: int |
     # peft's autocast_adapter_dtype: adapters are float32 under a 16-bit base
     s_n = 4 if lora else s
     master = master_weights and s_n < 4  # float32 parameters are their own master copy
-    s_opt = 4 if master else s_n  # bytes of an AdamW moment and of its step temporaries
-    n_train = n_params
-    if lora:
-        shapes = shape.linear_shapes()
-        n_train = shape.L * sum(lora_r * (shapes[n][0] + shapes[n][1]) for n in targets)
-    G, p, C, P = cfg.num_generations, cfg.prompts_per_step, cfg.max_completion_length, \
-        prompt_length
-    T = P + C
-    b = cfg.micro_batch_size or cfg.mini_batch_size
-    a_layer = shape.activation_bytes_per_token(s)
-    L, d, V = shape.L, shape.d, shape.V
-    adamw = optimizer == "adamw"
+    return _Trainable(dtype=dtype, s=s, n_params=n_params, lora_r=lora_r, targets=targets,
+                      n_train=_adapter_parameters(shape, lora_r, targets) if lora else n_params,
+                      s_n=s_n, master=master, s_opt=4 if master else s_n)
 
-    rows = []
 
-    def add(name, value, phases, formula):
-        rows.append({"component": name, "bytes": int(value), "phases": phases,
-                     "formula": formula})
+@dataclass(frozen=True)
+class _RunSizes:
+    """The module docstring's run sizes: ``G``, ``p``, ``P``, ``C`` and ``b``; ``T = P + C``."""
 
-    all_phases = "sampling, train, step"
-    add("weights", n_params * s + (n_train * 4 if lora else 0), all_phases,
-        f"N x s = {n_params:,} x {s} ({dtype})"
-        + (f" + LoRA adapters n x 4 = {n_train:,} x 4 (float32, rank {lora_r}, "
-           f"{'/'.join(targets)})" if lora else ""))
-    add("gradients", n_train * s_n, "train, step",
-        f"n x s_n = {n_train:,} trainable x {s_n}"
-        + (" (adapters only)" if lora else ""))
-    add("optimizer state", 2 * n_train * s_opt if adamw else 0, all_phases,
-        (f"AdamW: 2 moments x n x 4 = 2 x {n_train:,} x 4 (float32, mixed precision)" if master
-         else f"AdamW: 2 moments x n x s_n = 2 x {n_train:,} x {s_n} (in the parameters' dtype; "
-              f"no float32 master copy)") if adamw else "SGD: no state")
-    if master:
-        add("master weights", n_train * 4, all_phases,
-            f"mixed precision: a float32 copy of the trainable parameters n x 4 = "
-            f"{n_train:,} x 4")
-    backup = n_train * s_n if cfg.rollback_nonfinite_weights else 0
+    G: int
+    p: int
+    P: int
+    C: int
+    b: int
+
+    @property
+    def T(self) -> int:
+        return self.P + self.C
+
+
+def _row(component: str, value: int, phases: str, formula: str) -> dict:
+    return {"component": component, "bytes": int(value), "phases": phases, "formula": formula}
+
+
+
+def _state_rows(t: _Trainable, adamw: bool) -> list[dict]:
+    """Weights, gradients, optimizer state and (mixed precision) master weights."""
+    lora = bool(t.lora_r)
+    rows = [
+        _row("weights", t.n_params * t.s + (t.n_train * 4 if lora else 0), _ALL_PHASES,
+             f"N x s = {t.n_params:,} x {t.s} ({t.dtype})"
+             + (f" + LoRA adapters n x 4 = {t.n_train:,} x 4 (float32, rank {t.lora_r}, "
+                f"{'/'.join(t.targets)})" if lora else "")),
+        _row("gradients", t.n_train * t.s_n, "train, step",
+             f"n x s_n = {t.n_train:,} trainable x {t.s_n}" + (" (adapters only)" if lora else "")),
+        _row("optimizer state", 2 * t.n_train * t.s_opt if adamw else 0, _ALL_PHASES,
+             (f"AdamW: 2 moments x n x 4 = 2 x {t.n_train:,} x 4 (float32, mixed precision)"
+              if t.master
+              else f"AdamW: 2 moments x n x s_n = 2 x {t.n_train:,} x {t.s_n} (in the parameters' "
+                   f"dtype; no float32 master copy)") if adamw else "SGD: no state"),
+    ]
+    if t.master:
+        rows.append(_row("master weights", t.n_train * 4, _ALL_PHASES,
+                         f"mixed precision: a float32 copy of the trainable parameters n x 4 = "
+                         f"{t.n_train:,} x 4"))
+    return rows
+
+
+def _step_temporaries_row(shape: _Shape, t: _Trainable, adamw: bool, device: str,
+                          rollback: bool) -> dict:
+    """The optimizer step's transients: the rollback copy and AdamW's ``sqrt(exp_avg_sq)``."""
+    backup = t.n_train * t.s_n if rollback else 0
     if adamw:
-        largest = _largest_trainable(shape, targets, lora_r) * s_opt
-        temp = n_train * s_opt if device == "cuda" else 2 * largest
-        how = (f"sqrt(exp_avg_sq) of all tensors at once (foreach): n x {s_opt}"
+        largest = _largest_trainable(shape, t.targets, t.lora_r) * t.s_opt
+        temp = t.n_train * t.s_opt if device == "cuda" else 2 * largest
+        how = (f"sqrt(exp_avg_sq) of all tensors at once (foreach): n x {t.s_opt}"
                if device == "cuda"
                else f"sqrt(exp_avg_sq) one tensor at a time: 2 x the largest ({largest:,} B)")
     else:
         temp, how = 0, "SGD: none"
-    add("optimizer step temporaries", backup + temp, "step",
-        (f"rollback copy of the trainable weights n x s_n = {backup:,} B; "
-         if backup else "no rollback copy; ") + how)
+    return _row("optimizer step temporaries", backup + temp, "step",
+                (f"rollback copy of the trainable weights n x s_n = {backup:,} B; "
+                 if backup else "no rollback copy; ") + how)
+
+
+def _activations_row(shape: _Shape, t: _Trainable, run: _RunSizes, cfg) -> dict:
+    """What the training forward of one micro-batch keeps for backward (module docstring's
+    ``a_L``): shared prompts, gradient checkpointing or plain rows, plus LoRA's dropout."""
+    from labkit.engine.forward import shares_prompts
+
+    L, d, s = shape.L, shape.d, t.s
+    P, C, T, b = run.P, run.C, run.T, run.b
+    a_layer = shape.activation_bytes_per_token(s)
     per_layer = b * T * a_layer
     # Distinct prompts in a micro-batch: the whole batch holds p, a split of it at most min(p, b).
     # A trainer that shares prompts runs each once and its completions on top (labkit.engine.forward)
-    u = min(p, b)
+    u = min(run.p, b)
     tokens = b * T  # tokens through the training forward
     if shares_prompts(cfg) and u < b:
         tokens = u * P + b * C
@@ -432,37 +503,63 @@ def memory_plan(model_config_or_name, train_config=None, *, prompt_length: int |
         act_formula = f"L x b x T x a_L = {L} x {b} x {T} x {a_layer} B/token"
     activations += 2 * tokens * d * s
     lora_dropout = getattr(cfg, "lora_dropout", 0.0) or 0.0
-    if lora and lora_dropout > 0:
-        inputs = sum(shape.linear_shapes()[n][0] for n in targets)
+    if t.lora_r and lora_dropout > 0:
+        inputs = sum(shape.linear_shapes()[n][0] for n in t.targets)
         # With checkpointing only the layer being recomputed holds its dropped inputs and masks.
         layers = 1 if cfg.gradient_checkpointing else L
         activations += layers * tokens * inputs * (s + 1)
         act_formula += f" + dropout: {layers} x {tokens:,} tokens x {inputs} inputs x (s + 1)"
-    add("activations", activations, "train",
-        act_formula + f" + final norm and output-layer input 2 x {tokens:,} tokens x d x s "
-        f"(T = P + C = {P} + {C}, b = {b})")
+    return _row("activations", activations, "train",
+                act_formula + f" + final norm and output-layer input 2 x {tokens:,} tokens x d x s "
+                f"(T = P + C = {P} + {C}, b = {b})")
+
+
+def _logits_row(shape: _Shape, t: _Trainable, run: _RunSizes) -> dict:
+    """The training logits and their gradient, plus the chunked log-probs' float32 chunks."""
+    V, s, b, C = shape.V, t.s, run.b, run.C
     rows_logits = b * (C + 1)
     chunk_rows = min(rows_logits, max(1, _CHUNK_ELEMENTS // max(V, 1)))
-    add("logits", 2 * rows_logits * V * s + 2 * chunk_rows * V * 4, "train",
-        f"logits and their gradient 2 x b x (C+1) x V x s = 2 x {b} x {C + 1} x {V:,} x {s}"
-        f" + two float32 chunks 2 x {chunk_rows} rows x V x 4")
-    in_flight = G * p
-    add("KV cache (sampling)", in_flight * T * L * shape.h_kv * shape.hd * 2 * s, "sampling",
-        f"G x p x T x L x h_kv x hd x 2 x s = {G} x {p} x {T} x {L} x {shape.h_kv} x "
-        f"{shape.hd} x 2 x {s}")
-    add("sampling logits", 5 * in_flight * V * 4, "sampling",
-        f"5 float32 (G p, V) buffers of one decoding step = 5 x {in_flight} x {V:,} x 4")
-    if cfg.needs_reference and not lora:
-        add("reference model", n_params * s, all_phases, f"a frozen copy: N x s = "
-            f"{n_params:,} x {s}")
+    return _row("logits", 2 * rows_logits * V * s + 2 * chunk_rows * V * 4, "train",
+                f"logits and their gradient 2 x b x (C+1) x V x s = 2 x {b} x {C + 1} x {V:,} x "
+                f"{s} + two float32 chunks 2 x {chunk_rows} rows x V x 4")
+
+
+def _sampling_rows(shape: _Shape, t: _Trainable, run: _RunSizes) -> list[dict]:
+    """The KV cache of all G p rows sampled at once, and one decoding step's float32 logits."""
+    in_flight = run.G * run.p
+    s = t.s
+    return [
+        _row("KV cache (sampling)", in_flight * run.T * shape.L * shape.h_kv * shape.hd * 2 * s,
+             "sampling",
+             f"G x p x T x L x h_kv x hd x 2 x s = {run.G} x {run.p} x {run.T} x {shape.L} x "
+             f"{shape.h_kv} x {shape.hd} x 2 x {s}"),
+        _row("sampling logits", 5 * in_flight * shape.V * 4, "sampling",
+             f"5 float32 (G p, V) buffers of one decoding step = 5 x {in_flight} x {shape.V:,} x 4"),
+    ]
+
+
+def _model_copy_rows(shape: _Shape, t: _Trainable, cfg, adamw: bool,
+                     activations: int) -> list[dict]:
+    """The other models a run holds: the frozen reference (beta > 0 without LoRA) and PPO's
+    critic with its activations (``advantage_estimator="gae"``)."""
+    rows = []
+    if cfg.needs_reference and not t.lora_r:
+        rows.append(_row("reference model", t.n_params * t.s, _ALL_PHASES,
+                         f"a frozen copy: N x s = {t.n_params:,} x {t.s}"))
     if cfg.advantage_estimator == "gae":
-        n_critic = shape.parameters(with_output_layer=False) + d + 1
+        n_critic = shape.parameters(with_output_layer=False) + shape.d + 1
         states = 2 if adamw else 0
-        add("critic (PPO)", n_critic * s * (2 + states), all_phases,
-            f"trunk + value head N_c = {n_critic:,}: weights, gradients"
-            f"{', 2 AdamW moments' if adamw else ''} x s")
-        add("critic activations (PPO)", activations, "train",
-            "the policy's activations, no logits (same trunk, same tokens)")
+        rows.append(_row("critic (PPO)", n_critic * t.s * (2 + states), _ALL_PHASES,
+                         f"trunk + value head N_c = {n_critic:,}: weights, gradients"
+                         f"{', 2 AdamW moments' if adamw else ''} x s"))
+        rows.append(_row("critic activations (PPO)", activations, "train",
+                         "the policy's activations, no logits (same trunk, same tokens)"))
+    return rows
+
+
+def _with_total(rows: list[dict]) -> pd.DataFrame:
+    """The components as :func:`memory_plan`'s table: the ``GiB`` column and the ``total`` row,
+    the largest phase."""
     plan = pd.DataFrame(rows).set_index("component")
     totals = phase_totals(plan)
     peak = totals.idxmax()

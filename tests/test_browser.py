@@ -154,6 +154,13 @@ played = run_episodes(model, tokenizer, games["prompt"], environments(GuessingEn
 WIDGET_INPUTS = {
     "episode_widget": _EPISODES,
     "majority_vote_widget": _SAMPLED,
+    # notebook 11's cached log-probs of one batch per staleness: behaviour log-probs further from
+    # the proximal ones as the staleness grows
+    "staleness_widget": """\
+_prox = -torch.rand(4, 8, generator=torch.Generator().manual_seed(0))
+stale = {s: (_prox, _prox - 0.1 * s * torch.randn(4, 8, generator=torch.Generator().manual_seed(s)),
+             torch.ones(4, 8, dtype=torch.bool)) for s in (0, 1, 2, 4, 8)}
+""",
     "pass_at_k_widget": _SAMPLED + """\
 curves = {"base, T=1": pass_at_k_curve(votes, ks=[1, 2, 4, 8, 16]),
           "base, T=1.5": pass_at_k_curve(

@@ -6,7 +6,15 @@ from collections.abc import Mapping
 
 from labkit import viz
 from labkit.offpolicy import CORRECTIONS
-from labkit.widgets.controls import _STYLE, _interactive, _slider, widgets_enabled
+from labkit.widgets.controls import (
+    _CHAR_PX,
+    _READOUT_PX,
+    _STYLE,
+    _TRACK_PX,
+    _interactive,
+    _slider,
+    widgets_enabled,
+)
 
 
 def staleness_widget(logprobs: Mapping[int, tuple], staleness: int | None = None,
@@ -49,9 +57,12 @@ def staleness_widget(logprobs: Mapping[int, tuple], staleness: int | None = None
 
     choose.observe(follow_correction, "value")
     return _interactive(draw, {
-        "staleness": ipywidgets.SelectionSlider(options=stops, value=staleness,
-                                                description="staleness (steps)", style=_STYLE,
-                                                continuous_update=False),
+        # the cached values only (a FloatSlider would offer staleness that was never scored),
+        # with the track every slider of the lab keeps
+        "staleness": ipywidgets.SelectionSlider(
+            options=stops, value=staleness, description="staleness (steps)", style=_STYLE,
+            continuous_update=False, layout=ipywidgets.Layout(
+                width=f"{_CHAR_PX * len('staleness (steps)') + _TRACK_PX + _READOUT_PX}px")),
         "correction": choose,
         "cap": _slider("FloatSlider", cap, 1.0, 10.0, 0.25, "cap"),
         "floor": floor_slider,

@@ -1268,9 +1268,10 @@ def async_handoff() -> list[str]:
     from labkit.offpolicy.handoff import SERVER_ONLY, handoff_markdown
 
     return ["## Asynchronous training: the same settings in TRL, prime-rl, verl and AReaL", "",
-            "Names, not numbers: what the other trainers call the settings of notebook 11 "
-            "(`labkit.offpolicy.handoff`; TRL's read from TRL 1.16's `trl.experimental.async_grpo`). "
-            "A dash: the framework has no such setting that we know of.", "",
+            ("Names, not numbers: what the other trainers call the settings of notebook 11 "
+             "(`labkit.offpolicy.handoff`; TRL's read from TRL 1.16's "
+             "`trl.experimental.async_grpo`). A dash: the framework has no such setting that we "
+             "know of."), "",
             *handoff_markdown().splitlines(), "",
             "Refused by name (they need an inference server): " + "; ".join(SERVER_ONLY) + ".", ""]
 

@@ -11,7 +11,8 @@ a folder that says what it is (``tests/test_commands.py`` names the root's modul
 the root                       ``trainer`` (the algorithm box), ``grpo_minimal`` (GRPO on one
                                screen), ``experience``, ``metrics``, ``models``, ``rollout``,
                                ``decode``, ``logprobs``, ``evaluate``, ``exercises``, ``doctor``
-                               (reads a run's history), ``catalog`` (every method, where taught)
+                               (reads a run's history), ``catalog`` (every method, where taught),
+                               ``quotes`` (the recorded values a notebook's prose quotes)
 methods (one file each)        ``losses/`` (surrogate families), ``advantages/`` (estimators),
                                ``rewards/`` (rule-checked rewards and their families), ``agents/``
                                (tools and multi-turn episodes), ``offpolicy/`` (stale batches)

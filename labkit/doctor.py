@@ -345,7 +345,7 @@ CHECKS: tuple[Check, ...] = (
           "the sampler is the bottleneck: the trainer waits for it (queue_wait), so the overlap "
           "buys nothing",
           "a larger max_staleness (the sampler may run further ahead), shorter completions, or "
-          "fewer generations per step; compare samples/s with labkit.offpolicy.measure",
+          "fewer generations per step; compare samples/s with python -m labkit async_overlap",
           "11_async",
           _queue_starves),
     Check("inert_clip_higher", "config",

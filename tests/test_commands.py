@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: commands/, ...). A new root module is a decision: name it here and in labkit/__init__.py.
 ROOT_MODULES = {"__init__", "__main__", "trainer", "grpo_minimal", "experience", "metrics",
                 "models", "rollout", "decode", "logprobs", "evaluate", "exercises", "doctor",
-                "catalog"}
+                "catalog", "quotes"}
 
 #: Where the repository's prose, code, logs and notebooks live (data/ holds the run logs' and
 #: shipped models' ``# command:`` lines).

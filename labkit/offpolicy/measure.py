@@ -1,7 +1,7 @@
 """Measure the overlap: samples per second and wall seconds per step, synchronous against the
 deterministic sampler k steps ahead and the overlapped sampling thread, side by side.
 
-    python -m labkit.offpolicy.measure [--steps 6] [--k 2] [--prompts 8]
+    python -m labkit async_overlap [--steps 6] [--k 2] [--prompts 8]
 
 Not a timed test: the numbers are the machine's (its cores, and whatever else runs on them), so
 they are printed with the machine and the load average, and recorded by hand
@@ -39,7 +39,7 @@ def measure(mode: str, k: int, steps: int, prompts: int) -> dict:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m labkit.offpolicy.measure",
+    parser = argparse.ArgumentParser(prog="python -m labkit async_overlap",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--k", type=int, default=2)

@@ -79,6 +79,7 @@ from labkit.tricks.mismatch import MODES as IMPORTANCE_SAMPLING_MODES
 from labkit.tricks.prompt_sampling import PROMPT_SAMPLERS
 from labkit.tricks.temperature import TEMPERATURE_SCHEDULES
 from labkit.tricks.token_filters import COV_PENALTIES
+from labkit.trl_bridge.names import refuse_trl_names
 
 #: ``sampling_dtype`` values: the precision of a sampler that differs from the trainer.
 SAMPLING_DTYPES = ("bfloat16", "float32")
@@ -644,28 +645,6 @@ def _field_docs() -> dict[str, str]:
     return docs
 
 
-#: TRL ``GRPOConfig`` names a learner brings from a TRL script, and the lab's equivalent. The lab
-#: counts a step in prompts and optimizer steps per batch, not in per-device batches, so these are
-#: refused with the way to translate them rather than accepted one by one.
-TRL_NAMES = {
-    "per_device_train_batch_size": "micro_batch_size caps the completions of one forward; a "
-                                   "step samples prompts_per_step x num_generations completions",
-    "gradient_accumulation_steps": "derived here (TrainConfig.gradient_accumulation_steps = "
-                                   "mini-batch / micro_batch_size)",
-    "steps_per_generation": "num_mini_batches optimizer steps per generation batch",
-    "generation_batch_size": "prompts_per_step x num_generations (read-only property "
-                             "generation_batch_size)",
-    "num_train_epochs": "max_steps (steps of one generation batch each)",
-    "warmup_steps": "warmup_ratio (a fraction of the optimizer steps)",
-    "bf16": "dtype='bfloat16'", "fp16": "dtype (float16 is refused: it overflows unscaled)",
-    "use_cpu": "device='cpu'", "save_steps": "save_every (in lab steps)",
-    "save_strategy": "save_every", "logging_steps": "nothing: every step is one history row",
-    "report_to": "nothing: the history is a pandas frame (result.history)",
-    "use_vllm": "nothing: the lab samples with its own KV-cached loop (see sampling_dtype)",
-    "run_name": "nothing", "logging_dir": "nothing", "push_to_hub": "nothing",
-}
-
-
 def _outside_stacklevel() -> int:
     """``stacklevel`` that points a warning at the first caller outside this module (the user's
     ``TrainConfig(...)`` or assignment), however many frames of it lie in between."""
@@ -678,18 +657,10 @@ def _outside_stacklevel() -> int:
 
 def _refuse_trl_names(init):
     """Wrap the generated ``__init__`` so a TRL name gets the lab's equivalent, not just
-    ``unexpected keyword argument``."""
+    ``unexpected keyword argument`` (:func:`labkit.trl_bridge.names.refuse_trl_names`)."""
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
-        trl_only = [name for name in kwargs if name in TRL_NAMES and name not in _FIELD_NAMES]
-        if trl_only:
-            hints = "; ".join(f"{name}: {TRL_NAMES[name]}" for name in trl_only)
-            raise TypeError(
-                f"TrainConfig got TRL's GRPOConfig name(s) {', '.join(trl_only)}, which the lab "
-                f"spells differently ({hints}). To bring a whole TRL config, use "
-                f"labkit.trl_bridge.from_grpo_config({{...}}) or "
-                f"labkit.trl_bridge.compat.GRPOConfig(...), which translate TRL's batch geometry "
-                f"as a whole")
+        refuse_trl_names(kwargs, _FIELD_NAMES)
         init(self, *args, **kwargs)
 
     return __init__

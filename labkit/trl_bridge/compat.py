@@ -40,8 +40,8 @@ import os
 from collections import namedtuple
 from pathlib import Path
 
-from labkit.trl_bridge.from_trl import from_grpo_config
 from labkit.trl_bridge.tables import TRL_DEFAULTS
+from labkit.trl_bridge.trl_to_lab import from_grpo_config
 
 #: peft ``LoraConfig`` field -> the lab's LoRA setting (:mod:`labkit.scale.lora`) it becomes; TRL's
 #: ``get_peft_config`` builds a LoraConfig from the same settings of its ``ModelConfig``.

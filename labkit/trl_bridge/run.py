@@ -1,6 +1,6 @@
 """Training with TRL's ``GRPOTrainer`` from a lab config, and TRL's log in the lab's columns.
 
-:func:`train_with_trl` builds the run with :func:`~labkit.trl_bridge.to_trl.to_trl`, loads the
+:func:`train_with_trl` builds the run with :func:`~labkit.trl_bridge.lab_to_trl.to_trl`, loads the
 lab's defaults (tiny model, task split, rewards) where none are given, trains, and returns a
 :class:`TRLResult` whose history has the lab's column names (:func:`history_from_logs`).
 """
@@ -22,8 +22,8 @@ import torch
 
 from labkit.config import TrainConfig
 from labkit.config.fields import int_at_least
+from labkit.trl_bridge.lab_to_trl import to_trl
 from labkit.trl_bridge.tables import TRL_METRICS
-from labkit.trl_bridge.to_trl import to_trl
 
 _REWARD_KEY = re.compile(r"^rewards/(?P<name>.+)/mean$")
 _OVERLONG_NAME = "soft_overlong_punishment_reward"

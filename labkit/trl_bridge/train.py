@@ -190,9 +190,9 @@ def main(argv=None) -> dict:
     from labkit.config import preset
     from labkit.rewards import accuracy_reward, format_reward
     from labkit.tasks import load_split
+    from labkit.trl_bridge.lab_to_trl import trl_batch_sizes
     from labkit.trl_bridge.run import num_processes_from_env, train_with_trl
     from labkit.trl_bridge.tables import check_supported
-    from labkit.trl_bridge.to_trl import trl_batch_sizes
 
     try:  # a config TRL cannot run is a usage error: say why before any model loads
         num_processes = num_processes_from_env()

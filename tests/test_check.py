@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from labkit.commands import check
+from labkit.commands.check import machine
 from labkit.runtime import compat, cpu
+from labkit.runtime.hashing import file_sha256
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data"
@@ -116,7 +118,7 @@ def test_write_manifest_is_sha256sum_format_sorted_and_skips_runs_and_hidden_fil
     assert [line.split("  ", 1)[1] for line in lines] == ["models/m/a.json", "models/m/b.bin",
                                                           "tasks/eval.jsonl"]
     assert all(re.fullmatch(r"[0-9a-f]{64}  \S+", line) for line in lines)
-    assert lines[1].split()[0] == check.file_sha256(data / "models" / "m" / "b.bin")
+    assert lines[1].split()[0] == file_sha256(data / "models" / "m" / "b.bin")
     assert check.check_data(data).status == "ok"
 
 
@@ -343,16 +345,16 @@ def test_container_memory_headroom_v2_and_v1(tmp_path):
 
 @pytest.mark.parametrize(("gib", "status"), [(8.0, "ok"), (1.5, "warn"), (0.5, "fail")])
 def test_memory_thresholds(monkeypatch, gib, status):
-    monkeypatch.setattr(check, "_system_available", lambda: (int(gib * check.GIB), "test"))
-    monkeypatch.setattr(check, "container_memory_headroom", lambda: None)
+    monkeypatch.setattr(machine, "_system_available", lambda: (int(gib * check.GIB), "test"))
+    monkeypatch.setattr(machine, "container_memory_headroom", lambda: None)
     row = check.check_memory()
     assert row.status == status and row.value == gib
     assert bool(row.fixes) == (status == "fail")
 
 
 def test_a_container_limit_below_the_hosts_free_memory_wins(monkeypatch):
-    monkeypatch.setattr(check, "_system_available", lambda: (64 * check.GIB, "psutil"))
-    monkeypatch.setattr(check, "container_memory_headroom", lambda: check.GIB // 2)
+    monkeypatch.setattr(machine, "_system_available", lambda: (64 * check.GIB, "psutil"))
+    monkeypatch.setattr(machine, "container_memory_headroom", lambda: check.GIB // 2)
     row = check.check_memory()
     assert row.status == "fail" and "container's memory limit" in row.detail
 

@@ -25,12 +25,12 @@ from labkit.offpolicy.correction import (
     offpolicy_terms,
 )
 from labkit.offpolicy.partial import PartialBatch, PartialRolloutSampler
+from labkit.offpolicy.producers import make_producer
 from labkit.offpolicy.staleness import (
     ASYNC_MODES,
     AheadSampler,
     OverlappedSampler,
     StampedBatch,
-    make_producer,
     version_stamp,
 )
 

@@ -23,8 +23,9 @@ batch trained at step ``t`` is ``t - version``. ``max_staleness`` (k) bounds it;
   overlapped run is **not** bit-reproducible; ``queue_wait`` logs the seconds the trainer waited
   for the sampler. k = 0 makes it synchronous (the sampler waits for every update).
 
-The trainer asks :func:`make_producer` for the mode's producer, takes each step's batch with
-``producer.next(trainer)`` (a :class:`StampedBatch`) and closes it at the end of training.
+The trainer asks :func:`labkit.offpolicy.producers.make_producer` for the mode's producer, takes
+each step's batch with ``producer.next(trainer)`` (a :class:`StampedBatch`) and closes it at the
+end of training.
 """
 
 from __future__ import annotations
@@ -269,22 +270,6 @@ class OverlappedSampler:
                 self._condition.notify_all()
 
 
-def make_producer(trainer):
-    """The producer of ``trainer.config.async_mode`` with ``max_staleness``."""
-    cfg = trainer.config
-    if cfg.async_mode == "overlapped":
-        return OverlappedSampler(trainer, cfg.max_staleness)
-    if cfg.staleness_admission is not None:
-        from labkit.offpolicy.admission import AdmissionSampler  # it builds on this module
-
-        return AdmissionSampler(trainer)
-    if cfg.partial_rollouts:
-        from labkit.offpolicy.partial import PartialRolloutSampler  # it builds on this module
-
-        return PartialRolloutSampler(trainer)
-    return AheadSampler(cfg.max_staleness)
-
-
 @config_rule
 def _check_overlapped(config):
     if config.async_mode == "overlapped" and (config.save_every or config.resume_from):
@@ -296,4 +281,4 @@ def _check_overlapped(config):
 
 
 __all__ = ["ASYNC_MODES", "AheadSampler", "OverlappedSampler", "StampedBatch",
-           "experience_from_state", "experience_state", "make_producer", "version_stamp"]
+           "experience_from_state", "experience_state", "version_stamp"]

@@ -690,6 +690,18 @@ def test_runs_summary_gives_mean_and_spread_over_seeds(tmp_path):
         "eval accuracy, steps 2+"] == "0.550 ± 0.050"
 
 
+def test_summary_values_are_the_numbers_the_summary_prints(tmp_path):
+    values = viz.summary_values({"two": seeded_log(tmp_path)})["two"]
+    assert values.loc["eval accuracy, end", "mean"] == pytest.approx(0.55)
+    assert values.loc["eval accuracy, end", "spread"] == pytest.approx(0.05)
+    assert values.loc["eval length, end", "max"] == pytest.approx(16.0)
+    assert (values["seeds"] == 2).all()
+    one_seed = seeded_log(tmp_path).query("seed == 0")
+    single = viz.summary_values({"one": one_seed})["one"]
+    assert (single["spread"] == 0).all()
+    assert single["mean"].to_dict() == viz.runs_summary({"one": one_seed})["one"].to_dict()
+
+
 NOTEBOOK_07_BUILDERS = [
     (widgets.temperature_widget, {"logits": LOGITS}, 3),
     (widgets.surrogate_weights_widget, {}, 3),

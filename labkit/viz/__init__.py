@@ -23,6 +23,7 @@ function                       what it draws
 ``plot_gfpo_filter``           a group's lengths and rewards, GFPO's kept set, its advantages
 ``plot_runs``, ``load_run``    training curves from logged runs, with the regenerating command
 ``runs_summary``               a table of logged runs: start, end and best eval accuracy, length...
+``summary_values``             the same table's numbers (mean, spread over seeds), for recording
 ``LivePlot``                   a trainer callback that redraws ``plot_runs`` in place while training
 ``plot_token_temperature``     a model's next-token distribution and entropy at several temperatures
 ``temperature_tokens``         the same numbers: top tokens, probabilities, entropy at T
@@ -91,7 +92,7 @@ from labkit.viz.rewards_data import (
     plot_pass_at_k,
     plot_sampling_weights,
 )
-from labkit.viz.runs import LivePlot, load_run, plot_runs, runs_summary
+from labkit.viz.runs import LivePlot, load_run, plot_runs, runs_summary, summary_values
 from labkit.viz.scaling import plot_memory_plan
 from labkit.viz.style import FIGURE_DPI, LENGTH_LABEL, RATIO_LABEL, enable_notebook_display
 
@@ -134,6 +135,7 @@ __all__ = [
     "plot_token_temperature",
     "ratio_spread",
     "runs_summary",
+    "summary_values",
     "stale_logprobs",
     "staleness_table",
     "surrogate_weights",

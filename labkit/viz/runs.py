@@ -50,6 +50,28 @@ _METRIC_UNITS = {
 }
 
 
+def summary_values(runs: Mapping[str, pd.DataFrame],
+                   extra: Mapping[str, Callable[[pd.DataFrame], float]] | None = None,
+                   late_from: int | None = None) -> dict[str, pd.DataFrame]:
+    """The numbers behind :func:`runs_summary`: for each run, a frame with one row per summary
+    row and the columns ``mean``, ``spread`` (half the min-max range over the seeds; 0 for a
+    one-seed log), ``max`` and ``seeds``. A notebook records these (:mod:`labkit.quotes`) so that a quoted
+    ``0.332 ± 0.011`` has a source; the arguments are :func:`runs_summary`'s."""
+    extra = dict(extra or {})
+    values = {}
+    for name, df in runs.items():
+        missing = {"reward", "eval_accuracy", "eval_length"} - set(df.columns)
+        if missing:
+            raise ValueError(f"run {name!r} has no {sorted(missing)} column(s); runs_summary "
+                             f"needs a log with evaluations (labkit.commands.reference_runs writes them)")
+        parts = [df] if _seeds(df) < 2 else [part for _, part in df.groupby("seed")]
+        per_seed = pd.DataFrame([_summary_of_one_seed(part, extra, late_from) for part in parts])
+        values[name] = pd.DataFrame({"mean": per_seed.mean(),
+                                     "spread": (per_seed.max() - per_seed.min()) / 2,
+                                     "max": per_seed.max(), "seeds": len(per_seed)})
+    return values
+
+
 def runs_summary(runs: Mapping[str, pd.DataFrame],
                  extra: Mapping[str, Callable[[pd.DataFrame], float]] | None = None,
                  late_from: int | None = None) -> pd.DataFrame:
@@ -63,28 +85,22 @@ def runs_summary(runs: Mapping[str, pd.DataFrame],
     ``{"entropy, last 20 steps": lambda d: d["entropy"].tail(20).mean()}``. A log of several
     seeds (a ``seed`` column) is summarised per seed, and its cells read ``mean ± spread`` over
     the seeds, the spread being half the min-max range (the band of :func:`plot_runs`), with a
-    ``seeds`` row; the cells of a one-seed log stay numbers.
+    ``seeds`` row; the cells of a one-seed log stay numbers. :func:`summary_values` gives the
+    same numbers unformatted.
 
     ``runs`` maps a name to a history with evaluation columns (``TrainResult.history`` merged with
     its evaluations, or a reference log from :func:`load_run`). Rows without a ``reward`` are
     evaluation-only rows (step 0); rows without ``eval_accuracy`` did not evaluate.
     """
-    rows, extra = {}, dict(extra or {})
-    for name, df in runs.items():
-        missing = {"reward", "eval_accuracy", "eval_length"} - set(df.columns)
-        if missing:
-            raise ValueError(f"run {name!r} has no {sorted(missing)} column(s); runs_summary "
-                             f"needs a log with evaluations (labkit.commands.reference_runs writes them)")
-        if _seeds(df) < 2:
-            rows[name] = _summary_of_one_seed(df, extra, late_from)
+    rows = {}
+    for name, frame in summary_values(runs, extra, late_from).items():
+        seeds = int(frame["seeds"].iloc[0])
+        if seeds < 2:
+            rows[name] = frame["mean"].to_dict()
             continue
-        per_seed = pd.DataFrame([_summary_of_one_seed(part, extra, late_from)
-                                 for _, part in df.groupby("seed")])
-        spread = (per_seed.max() - per_seed.min()) / 2
-        rows[name] = {key: f"{per_seed[key].mean():.3f} ± {spread[key]:.3f}"
-                      for key in per_seed.columns}
-        rows[name]["steps"] = int(per_seed["steps"].max())
-        rows[name]["seeds"] = len(per_seed)
+        rows[name] = {key: f"{row['mean']:.3f} ± {row['spread']:.3f}" for key, row in frame.iterrows()}
+        rows[name]["steps"] = int(frame.loc["steps", "max"])
+        rows[name]["seeds"] = seeds
     table = pd.DataFrame(rows).round(3)
     if "seeds" in table.index:
         # an object row (text cells beside numbers): fill explicitly rather than rely on

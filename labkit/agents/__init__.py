@@ -12,6 +12,8 @@ environment side, pure Python, deterministic and seeded, treating the policy's t
 - :mod:`labkit.agents.guessing`: a game whose replies depend on every earlier turn, with
   per-turn and outcome rewards (RAGEN/StarPO, arXiv 2504.20073), a seeded dataset and a
   binary-search expert.
+- :mod:`labkit.agents.retokenize`: why a trainer keeps the ids the policy sampled (token in,
+  token out): a small BPE trained on the lab's text, and how often decode -> encode changes ids.
 
 Both environments follow TRL's ``GRPOTrainer(environment_factory=...)`` contract: ``reset(**row)``,
 public methods that are the tools, and an optional ``get_reward()``.

@@ -35,7 +35,8 @@ recorded value: ``%`` multiplies by 100, ``min`` divides seconds by 60. ``times:
 wall seconds of notebook 01's section 6 (the section whose title starts with "6.", or
 ``setup``, the cells before the first heading) from the
 CPU records of ``docs/teaching/section_times.json``, ``times:01`` the whole notebook's, and a
-``/cpu`` at the end the kernel's CPU seconds instead.
+``/cpu`` at the end the kernel's CPU seconds instead; items joined by ``+`` add up
+(``times:02/1/cpu+02/2/cpu``: a workshop block of two sections).
 The tolerance of a quote is the digits it shows: it must equal the recorded value rounded to
 them (43.1% holds for 0.4305 to 0.4315). :func:`render_times` rewrites every timing quote from the
 report (``section_times`` calls it), so timings are generated text; a result quote is only
@@ -197,7 +198,8 @@ class recorder:
 _NUMBER = r"[+\-−]?\d+(?:,\d{3})*(?:\.\d+)?"
 #: A number, an optional unit (% or one word), then the tag.
 _TAG = re.compile(rf"(?P<number>{_NUMBER})(?P<unit>%|\s?[A-Za-z]+)?\s?"
-                  r"<!--=(?P<source>times:\d\d(?:/(?:\d+|setup))?(?:/cpu)?|\d\d):?(?P<key>[A-Za-z0-9_.@-]*)"
+                  r"<!--=(?P<source>times:(?:\d\d(?:/(?:\d+|setup))?(?:/cpu)?\+?)+|\d\d):?"
+                  r"(?P<key>[A-Za-z0-9_.@-]*)"
                   r"(?:\s+(?P<scale>%|min))?\s*-->")
 _ANY_TAG = re.compile(r"<!--=.*?-->", re.DOTALL)
 
@@ -274,23 +276,35 @@ def _times() -> dict[str, dict]:
     return {r["notebook"][:2]: r for r in report["notebooks"] if r["device"] == "cpu"}
 
 
+def _time_of(item: str, times: dict):
+    """One timing item, ``NN``, ``NN/section`` or either with ``/cpu``: its seconds, or why none."""
+    notebook, _, section = item.partition("/")
+    section, _, clock = section.partition("/")
+    field = "cpu_s" if clock == "cpu" or section == "cpu" else "wall_s"
+    section = "" if section == "cpu" else section
+    record = times.get(notebook)
+    if record is None:
+        return f"no CPU record of notebook {notebook} in {TIMES_JSON.name}"
+    if not section:
+        return record[field]
+    for entry in record["sections"]:
+        if entry["title"].split(" ", 1)[0] in (f"{section}.", "setup" if section == "setup"
+                                               else None):
+            return entry[field]
+    return f"notebook {notebook} has no section '{section}.' in {TIMES_JSON.name}"
+
+
 def source_value(quote: Quote, results: dict | None = None, times: dict | None = None):
     """The recorded value a quote cites, or a string saying why there is none."""
     if quote.source.startswith("times:"):
-        notebook, _, section = quote.source[len("times:"):].partition("/")
-        section, _, clock = section.partition("/")
-        field = "cpu_s" if clock == "cpu" or section == "cpu" else "wall_s"
-        section = "" if section == "cpu" else section
-        record = (times if times is not None else _times()).get(notebook)
-        if record is None:
-            return f"no CPU record of notebook {notebook} in {TIMES_JSON.name}"
-        if not section:
-            return record[field]
-        for entry in record["sections"]:
-            if entry["title"].split(" ", 1)[0] in (f"{section}.", "setup" if section == "setup"
-                                                   else None):
-                return entry[field]
-        return f"notebook {notebook} has no section '{section}.' in {TIMES_JSON.name}"
+        times = times if times is not None else _times()
+        total = 0.0
+        for item in quote.source[len("times:"):].split("+"):  # a sum of sections: a + b + c
+            value = _time_of(item, times)
+            if isinstance(value, str):
+                return value
+            total += value
+        return total
     results = results if results is not None else all_results()
     values = results.get(quote.source)
     if values is None:

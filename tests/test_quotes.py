@@ -164,3 +164,17 @@ def test_section_times_saves_results_beside_the_notebooks_and_refuses_a_foreign_
     with pytest.raises(ValueError, match="not written by"):
         save_results("04_dapo", written, saved)
     assert (saved / "04_dapo.json").read_text() == "{}"
+
+
+def test_a_timing_tag_adds_up_the_sections_it_names():
+    times = {"02": {"cpu_s": 90.0, "wall_s": 95.0,
+                    "sections": [{"title": "setup", "cpu_s": 3.0, "wall_s": 4.0},
+                                 {"title": "1. The objective", "cpu_s": 5.0, "wall_s": 6.0},
+                                 {"title": "2. Groups", "cpu_s": 7.0, "wall_s": 9.0}]},
+             "00": {"cpu_s": 21.0, "wall_s": 22.0, "sections": []}}
+    block = quotes.quotes_in("12 s<!--=times:02/1/cpu+02/2/cpu-->", "page")[0]
+    assert quotes.source_value(block, times=times) == 12.0 and block.holds(12.0)
+    mixed = quotes.quotes_in("37 s<!--=times:00+02/setup+02/1/cpu-->", "page")[0]
+    assert quotes.source_value(mixed, times=times) == 22.0 + 4.0 + 5.0
+    missing = quotes.quotes_in("1 s<!--=times:02/1+02/9-->", "page")[0]
+    assert "no section '9.'" in quotes.source_value(missing, times=times)

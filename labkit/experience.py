@@ -9,7 +9,8 @@ consecutive rows (TRL's layout), as tensors of three kinds:
   ``sample_entropy`` (sampling log-probs and entropies), ``token_versions`` (which policy
   version sampled each token), and, when the update needs them,
   ``token_weights`` (a token filter's 0/1 weights), ``old_logp``, ``ref_logp``, ``values``,
-  ``returns`` and ``token_advantages`` (GAE);
+  ``returns`` and ``token_advantages`` (GAE) and, for episodes, ``action_mask`` and
+  ``turn_rewards`` (:mod:`labkit.agents.episodes`);
 * per row: ``lengths``, ``truncated``, ``rewards`` (the weighted total), ``reward_components``
   (one column per reward function), ``sequence_advantages`` (the group estimators),
   ``prompt_index`` (the prompt's row in the train dataset) and ``demonstrations`` (RL-PLUS: rows
@@ -32,7 +33,7 @@ import torch
 _PROMPT = ("prompt_ids", "prompt_mask")
 _COMPLETION = ("completion_ids", "completion_mask", "action_mask", "loss_mask", "sample_logp",
                "sample_entropy", "token_weights", "old_logp", "ref_logp", "values", "returns",
-               "token_advantages", "is_weights", "token_versions")
+               "token_advantages", "is_weights", "token_versions", "turn_rewards")
 
 
 @dataclass
@@ -70,6 +71,9 @@ class Experience:
     padding and on tokens no version sampled (an episode's environment tokens, demonstrations);
     stamped by the sampler
     (:mod:`labkit.offpolicy`). Partial rollouts mix two versions in a row"""
+    turn_rewards: torch.Tensor | None = None
+    """(B, L) multi-turn episodes whose environment keeps per-turn rewards: each policy turn's
+    reward on its last token, 0 elsewhere (:mod:`labkit.agents.episodes`); None otherwise"""
     pad_token_id: int = 0
 
     @classmethod
@@ -82,12 +86,15 @@ class Experience:
         mask = rollout.completion_mask.clone()
         actions = getattr(rollout, "action_mask", None)
         actions = None if actions is None else actions.clone()
+        gains = getattr(rollout, "turn_rewards", None)
         loss_mask = mask.clone() if actions is None or train_on_environment_tokens \
             else mask * actions
         return cls(rollout.prompt_ids.clone(), rollout.prompt_mask.clone(),
                    rollout.completion_ids.clone(), mask, loss_mask, rollout.logprobs.clone(),
                    rollout.entropies.clone(), rollout.lengths.clone(), rollout.truncated.clone(),
-                   action_mask=actions, pad_token_id=pad_token_id)
+                   action_mask=actions,
+                   turn_rewards=None if gains is None else gains.clone(),
+                   pad_token_id=pad_token_id)
 
     def __len__(self) -> int:
         return self.prompt_ids.size(0)

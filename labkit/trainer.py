@@ -17,7 +17,8 @@ same way:
    ``sampling_dtype``), the frozen reference's when ``beta != 0`` (with LoRA, the policy with
    its adapters disabled: :mod:`labkit.scale.lora`), the critic's values for PPO;
 4. **advantages**: the registered estimator (:data:`labkit.advantages.ESTIMATOR_REGISTRY`: GRPO,
-   GDPO, RLOO, ReMax, OPO, or GAE with the critic), or GFPO's filtered groups
+   GDPO, RLOO, ReMax, OPO, GAE with the critic, or turn-level GRPO over an episode's turns:
+   :mod:`labkit.advantages.turn_level`), or GFPO's filtered groups
    (:mod:`labkit.tricks.filters`);
 5. **update**: ``num_iterations`` passes, each split into ``num_mini_batches`` optimizer steps,
    each accumulated over micro-batches. The loss is :func:`labkit.losses.policy_loss` of the
@@ -471,7 +472,8 @@ class Trainer:
             rewards=rewards, num_generations=num_generations, lengths=batch.lengths, mask=mask,
             config=cfg, reward_components=batch.reward_components, values=batch.values,
             token_kl=kl if estimator.per_token else None,
-            greedy_rewards=lambda: greedy_rewards(self.sampling_inputs(), batch)))
+            greedy_rewards=lambda: greedy_rewards(self.sampling_inputs(), batch),
+            action_mask=batch.action_mask, turn_rewards=batch.turn_rewards))
         if estimator.per_token:
             batch.token_advantages, batch.returns = result.advantages, result.returns
         else:

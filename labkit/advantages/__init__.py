@@ -22,6 +22,7 @@ function                       method
 ``outcome_to_token_rewards``   put a sequence reward on its last token (PPO-RLHF)
 ``kl_penalized_token_rewards`` KL folded into per-token rewards (PPO-RLHF, k1)
 ``kl_penalized_rewards``       KL folded into the sequence reward (RLOO, "Comedy of Estimators")
+``turn_level_advantages``      multi-turn episodes: each turn's return-to-go, normalised per turn
 =============================  ====================================================================
 
 Missing rewards. A reward function may return ``None`` for a completion (TRL's contract); the
@@ -43,7 +44,7 @@ Departures from TRL/verl, all deliberate and tested:
   to it (TRL; verl uses 1e-6, oat 1e-8); GFPO's population std is available with ``unbiased=False``.
 """
 
-from labkit.advantages import grpo, opo, ppo_gae, remax, rloo  # noqa: F401 (they register)
+from labkit.advantages import grpo, opo, ppo_gae, remax, rloo, turn_level  # noqa: F401 (they register)
 from labkit.advantages.groups import (
     as_float,
     centre,
@@ -80,6 +81,7 @@ from labkit.advantages.registry import (
 )
 from labkit.advantages.remax import remax_advantages
 from labkit.advantages.rloo import rloo_advantages
+from labkit.advantages.turn_level import policy_turn_ids, turn_level_advantages, turn_returns
 
 __all__ = [
     "ESTIMATOR_REGISTRY",
@@ -107,8 +109,11 @@ __all__ = [
     "kl_penalized_token_rewards",
     "opo_advantages",
     "outcome_to_token_rewards",
+    "policy_turn_ids",
     "register_advantage_estimator",
     "remax_advantages",
     "rloo_advantages",
+    "turn_level_advantages",
+    "turn_returns",
     "unregister_advantage_estimator",
 ]

@@ -38,6 +38,10 @@ class AdvantageInputs:
                                         reward (GAE folds it in per token), or None
     ``greedy_rewards``      callable    ``() -> (P,)`` reward of one greedy completion per
                                         prompt (ReMax's baseline), sampled on demand
+    ``action_mask``         (B, T)      multi-turn episodes: 1 on the policy's tokens, 0 on the
+                                        environment's; None for single-turn completions
+    ``turn_rewards``        (B, T)      multi-turn episodes: each policy turn's reward from the
+                                        environment on the turn's last token, or None
     ======================  ==========  =======================================================
     """
 
@@ -50,6 +54,8 @@ class AdvantageInputs:
     values: torch.Tensor | None = None
     token_kl: torch.Tensor | None = None
     greedy_rewards: Callable[[], torch.Tensor] | None = None
+    action_mask: torch.Tensor | None = None
+    turn_rewards: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,13 @@ them in the training forward exactly as they were when sampled. ReTool (arXiv 25
 3.2) and Search-R1 (arXiv 2503.09516, section 3.1) mask the retrieved or executed tokens for the
 same reason: the policy did not choose them, so their log-probabilities carry no credit.
 
+Per-turn rewards. An environment that keeps ``turn_rewards`` (a list it appends to as its tools
+answer, as :class:`labkit.agents.GuessingEnv` does) has each policy turn's share recorded where the
+turn ends: ``Episodes.turn_rewards`` holds, on the last token the policy wrote in a turn, what the
+environment appended while answering that turn's call (0 for a turn without a call, and on every
+other token). A turn-level advantage estimator (:mod:`labkit.advantages.turn_level`) reads them
+there, as GAE reads an outcome on a completion's last token.
+
 Batched: every turn samples all unfinished episodes at once with the KV-cached sampler
 (:func:`labkit.rollout.generate_from_ids`, continuing from token ids, so nothing the policy
 sampled is re-tokenized), and episodes of one group end at different turns.
@@ -54,6 +61,9 @@ class Episodes(Rollout):
     tool_errors      (B,) long  of which answered with an error (malformed call, bad argument)
     turns            (B,) long  assistant turns written
     turn_limit       (B,) bool  the episode stopped at a call past ``max_tool_calling_iterations``
+    turn_rewards     (B, L)     the environment's reward for each policy turn, on the turn's last
+                                token (0 elsewhere); None unless every environment keeps
+                                ``turn_rewards``
     environments     list       one environment per row, in the state the episode left it
     ================ ========== ===============================================================
 
@@ -66,6 +76,7 @@ class Episodes(Rollout):
     tool_errors: torch.Tensor | None = None
     turns: torch.Tensor | None = None
     turn_limit: torch.Tensor | None = None
+    turn_rewards: torch.Tensor | None = None
     environments: list | None = None
 
 
@@ -150,6 +161,9 @@ def run_episodes(model, tokenizer, prompts, environments, *, num_generations: in
     contexts = [ids[mask.bool()].tolist() for ids, mask in zip(prompt_ids, prompt_mask)]
     tokens, actions = [[] for _ in range(rows)], [[] for _ in range(rows)]
     logps, entropies = [[] for _ in range(rows)], [[] for _ in range(rows)]
+    # each turn's reward on its last token, for environments that keep per-turn rewards
+    keeps = all(isinstance(getattr(env, "turn_rewards", None), list) for env in environments)
+    gains = [[] for _ in range(rows)]
     calls, errors, turns = [0] * rows, [0] * rows, [0] * rows
     truncated, limited, active = [False] * rows, [False] * rows, list(range(rows))
     limit = max_tool_calling_iterations
@@ -170,6 +184,7 @@ def run_episodes(model, tokenizer, prompts, environments, *, num_generations: in
             actions[i] += [1] * n
             logps[i] += turn.logprobs[row, :n].tolist()
             entropies[i] += turn.entropies[row, :n].tolist()
+            gains[i] += [0.0] * n
             turns[i] += 1
             if bool(turn.truncated[row]) or n < int(turn.lengths[row]):
                 truncated[i] = True  # the budget ran out inside the turn
@@ -180,7 +195,10 @@ def run_episodes(model, tokenizer, prompts, environments, *, num_generations: in
             if limit is not None and calls[i] >= limit:
                 limited[i] = True
                 continue
+            kept = len(environments[i].turn_rewards) if keeps else 0
             reply = run_tool_call(environments[i], body)
+            if keeps and n:
+                gains[i][-1] = float(sum(environments[i].turn_rewards[kept:]))
             calls[i] += 1
             errors[i] += reply.startswith(ERROR_PREFIX)
             reply_ids = environment_turn_ids(tokenizer, reply)
@@ -191,10 +209,12 @@ def run_episodes(model, tokenizer, prompts, environments, *, num_generations: in
             actions[i] += [0] * len(reply_ids)
             logps[i] += [0.0] * len(reply_ids)
             entropies[i] += [0.0] * len(reply_ids)
+            gains[i] += [0.0] * len(reply_ids)
             still.append(i)
         active = still
     return _episodes(tokenizer, prompt_ids, prompt_mask, tokens, actions, logps, entropies,
-                     calls, errors, turns, truncated, limited, environments)
+                     calls, errors, turns, truncated, limited, environments,
+                     gains if keeps else None)
 
 
 def _left_padded(sequences: list[list[int]], tokenizer, device):
@@ -208,7 +228,7 @@ def _left_padded(sequences: list[list[int]], tokenizer, device):
 
 
 def _episodes(tokenizer, prompt_ids, prompt_mask, tokens, actions, logps, entropies, calls,
-              errors, turns, truncated, limited, environments) -> Episodes:
+              errors, turns, truncated, limited, environments, gains=None) -> Episodes:
     device, rows = prompt_ids.device, len(tokens)
     width = max(1, *(len(t) for t in tokens))
 
@@ -232,7 +252,9 @@ def _episodes(tokenizer, prompt_ids, prompt_mask, tokens, actions, logps, entrop
         tool_calls=torch.tensor(calls, device=device),
         tool_errors=torch.tensor(errors, device=device),
         turns=torch.tensor(turns, device=device),
-        turn_limit=torch.tensor(limited, device=device), environments=list(environments))
+        turn_limit=torch.tensor(limited, device=device),
+        turn_rewards=None if gains is None else padded(gains, 0.0, torch.float32),
+        environments=list(environments))
 
 
 def action_mask_of(tokenizer, completion_ids) -> list[int]:

@@ -331,11 +331,12 @@ class TrainConfig:
     # ---- advantages ------------------------------------------------------------------------------
     advantage_estimator: str = _ranged("grpo", one_of(estimators))
     """grpo (group mean/std), rloo (leave-one-out), remax (greedy baseline), opo (length-weighted
-    baseline), gae (PPO: critic + generalised advantage estimation)"""
+    baseline), gae (PPO: critic + generalised advantage estimation), turn_grpo (multi-turn
+    episodes: each turn's return-to-go against the group's episodes at that turn)"""
     scale_rewards: str = _ranged("group", one_of(SCALE_REWARDS))
     """grpo advantage denominator: group std, batch std, or none (Dr. GRPO) (TRL)"""
     gamma: float = _ranged(1.0, between(0, 1))
-    """PPO/GAE discount per token"""
+    """discount: per token for PPO/GAE, per policy turn for turn_grpo"""
     lam: float = _ranged(0.95, between(0, 1))
     """PPO/GAE lambda: 1 = Monte-Carlo return minus value, 0 = one-step TD error"""
 

@@ -34,6 +34,7 @@ import importlib.metadata
 import importlib.util
 import math
 import os
+import re
 import subprocess
 import sys
 import types
@@ -59,6 +60,9 @@ from labkit.advantages import (
     remax_advantages,
     rloo_advantages,
 )
+from labkit.agents import CalculatorEnv, format_tool_call
+from labkit.agents.episodes import token_authors
+from labkit.agents.tool_calls import environment_tools
 from labkit.config import TrainConfig
 from labkit.losses import (
     aggregate,
@@ -69,6 +73,8 @@ from labkit.losses import (
     token_log_ratio,
     value_loss,
 )
+from labkit.models import resolve_model_path
+from labkit.rollout import encode_prompts
 from labkit.tricks.token_filters import token_filters
 
 VERL_VERSION = "0.9.1"
@@ -262,9 +268,10 @@ def load_verl() -> Verl:
 
 
 class _OneProcess:
-    """The accelerate calls ``_compute_loss`` makes, for a single process."""
+    """The accelerate calls ``_compute_loss`` and ``_generate`` make, for a single process."""
 
     num_processes = 1
+    device = torch.device("cpu")
     sync_gradients = True  # every micro-batch ends an optimizer step (no accumulation)
 
     def gather(self, tensor):
@@ -483,6 +490,151 @@ def covariance_batch() -> Batch:
 
 
 # --------------------------------------------------------------------------------------------
+# episodes: one scripted policy through labkit's episode loop and TRL's tool loop
+# --------------------------------------------------------------------------------------------
+
+#: The turns a scripted policy writes in each episode, in order (each closed by its end-of-turn
+#: token); every episode runs on a fresh :class:`labkit.agents.CalculatorEnv`. Rows: a call then
+#: the answer; a call whose JSON lacks its closing brace; two calls in one turn; a call to a
+#: tool that does not exist (the tool dispatch fails); a call the calculator answers with its own
+#: error text (division by zero); three calls in three turns, one past the turn limit.
+EPISODE_SCRIPTS = (
+    (format_tool_call("calculator", {"expression": "425*13"}), "<answer>5525</answer>"),
+    ('<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+2"}\n</tool_call>',
+     "<answer>4</answer>"),
+    (format_tool_call("calculator", {"expression": "1+1"})
+     + format_tool_call("calculator", {"expression": "2+2"}), "<answer>4</answer>"),
+    (format_tool_call("search", {"query": "2+2"}), "<answer>4</answer>"),
+    (format_tool_call("calculator", {"expression": "1/0"}), "<answer>none</answer>"),
+    (format_tool_call("calculator", {"expression": "1+1"}),
+     format_tool_call("calculator", {"expression": "2+2"}),
+     format_tool_call("calculator", {"expression": "3+3"}), "<answer>6</answer>"),
+)
+#: ``max_tool_calling_iterations`` of the scripted batch, and its ``max_completion_length``.
+TURN_LIMIT, EPISODE_BUDGET = 2, 256
+
+
+@lru_cache(maxsize=1)
+def tool_tokenizer():
+    """The shipped tool model's tokenizer (chat template and response template with tool calls)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve_model_path("tiny-tools"))
+
+
+def episode_prompts(rows: int) -> list[list[dict]]:
+    """One conversational prompt per episode; each differs, so the script finds its episode."""
+    return [[{"role": "user", "content": f"Episode {row}: compute with the calculator."}]
+            for row in range(rows)]
+
+
+class _ScriptedPolicy:
+    """Writes :data:`EPISODE_SCRIPTS`' turns in place of sampling: an episode is recognised by its
+    prompt (the start of its context), and its next turn is cut at the sampler's budget."""
+
+    def __init__(self, tokenizer, prompt_ids: list[list[int]], scripts):
+        self.prompt_ids = [list(map(int, ids)) for ids in prompt_ids]
+        eos = [tokenizer.eos_token_id]
+        self.turns = [[tokenizer(turn, add_special_tokens=False)["input_ids"] + eos
+                       for turn in script] for script in scripts]
+        self.written = [0] * len(scripts)
+
+    def next_turn(self, context: list[int], budget: int) -> tuple[list[int], bool]:
+        """The episode's next turn (ids, cut at ``budget``) and whether the cut shortened it."""
+        row = next(i for i, ids in enumerate(self.prompt_ids) if context[:len(ids)] == ids)
+        turn = self.turns[row][self.written[row]]
+        self.written[row] += 1
+        return turn[:budget], len(turn) > budget
+
+
+def labkit_episodes(scripts=EPISODE_SCRIPTS, max_completion_length: int = EPISODE_BUDGET,
+                    limit: int | None = TURN_LIMIT):
+    """labkit's :func:`~labkit.agents.episodes.run_episodes` on the scripted policy: its
+    ``generate_from_ids`` (the sampler) is replaced for the call, every other line runs."""
+    from labkit.agents import episodes as loop
+
+    tokenizer = tool_tokenizer()
+    prompts = episode_prompts(len(scripts))
+    ids, mask = encode_prompts(tokenizer, prompts, "cpu")
+    policy = _ScriptedPolicy(tokenizer, [i[m.bool()] for i, m in zip(ids, mask)], scripts)
+
+    def sample(model, tokenizer, ids, mask, *, max_completion_length, **_):
+        turns = [policy.next_turn(i[m.bool()].tolist(), max_completion_length)
+                 for i, m in zip(ids, mask)]
+        width = max(len(t) for t, _ in turns)
+        out = torch.full((len(turns), width), tokenizer.pad_token_id, dtype=torch.long)
+        for row, (turn, _) in enumerate(turns):
+            out[row, :len(turn)] = torch.tensor(turn)
+        return types.SimpleNamespace(
+            completion_ids=out, lengths=torch.tensor([len(t) for t, _ in turns]),
+            truncated=torch.tensor([cut for _, cut in turns]),
+            logprobs=torch.zeros(out.shape), entropies=torch.zeros(out.shape))
+
+    envs = [CalculatorEnv() for _ in scripts]
+    for env in envs:
+        env.reset()
+    real, loop.generate_from_ids = loop.generate_from_ids, sample
+    try:
+        return loop.run_episodes(torch.nn.Linear(1, 1), tokenizer, prompts, envs,
+                                 max_completion_length=max_completion_length,
+                                 max_tool_calling_iterations=limit)
+    finally:
+        loop.generate_from_ids = real
+
+
+class _TrlEpisodeHarness:
+    """What ``GRPOTrainer._generate`` reads from ``self`` (one process, no vLLM, text only),
+    around TRL's own ``_generate``, ``_tokenize_prompts``, ``_tool_call_loop`` and
+    ``_get_tool_suffix_ids``. The sampler (``_generate_single_turn``) is the scripted policy;
+    the tools are each environment's public methods, TRL's rule (its ``_prepare_inputs``)."""
+
+    def __init__(self, scripts, max_completion_length: int, limit: int | None):
+        trl = _trl()
+        self.processing_class = self._tokenizer = tokenizer = tool_tokenizer()
+        self.chat_template, self.chat_template_kwargs = None, {}
+        self._is_vlm = self.use_vllm = False
+        self.rollout_func = self.environment_factories = None
+        envs = [CalculatorEnv() for _ in scripts]
+        for env in envs:
+            env.reset()
+        self.tools = [envs[0].calculator]
+        self._sync_tool_dicts = [environment_tools(env) for env in envs]
+        self._async_tool_dicts = [{} for _ in envs]
+        self.accelerator = _OneProcess()
+        self.model = types.SimpleNamespace(training=True, config=types.SimpleNamespace(
+            max_position_embeddings=tokenizer.model_max_length))
+        self.state = types.SimpleNamespace(num_input_tokens_seen=0, global_step=0)
+        self.eos_token_ids = [tokenizer.eos_token_id]
+        self.num_generations = 1
+        self.max_completion_length = max_completion_length
+        self.max_tool_calling_iterations = sys.maxsize if limit is None else limit
+        self._metrics = defaultdict(lambda: defaultdict(list))
+        for name in ("_generate", "_tokenize_prompts", "_tool_call_loop", "_get_tool_suffix_ids"):
+            setattr(self, name, types.MethodType(getattr(trl.GRPOTrainer, name), self))
+        self.scripts = scripts
+        self.policy = None
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
+                              has_tool_images=False):
+        if self.policy is None:  # the first call holds every prompt, in order
+            self.policy = _ScriptedPolicy(self._tokenizer, prompt_ids, self.scripts)
+        return [self.policy.next_turn(list(ids), self.max_completion_length)[0]
+                for ids in prompt_ids], None
+
+
+def trl_episodes(scripts=EPISODE_SCRIPTS, max_completion_length: int = EPISODE_BUDGET,
+                 limit: int | None = TURN_LIMIT) -> dict:
+    """TRL's ``GRPOTrainer._generate`` on the scripted policy: completion ids, ``tool_mask``,
+    the parsed messages and the logged tool metrics (their last values)."""
+    harness = _TrlEpisodeHarness(scripts, max_completion_length, limit)
+    _, completion_ids, tool_mask, completions, *_ = harness._generate(
+        episode_prompts(len(scripts)))
+    metrics = {k: v[-1] for k, v in harness._metrics["train"].items()}
+    return {"completion_ids": completion_ids, "tool_mask": tool_mask,
+            "completions": completions, "metrics": metrics}
+
+
+# --------------------------------------------------------------------------------------------
 # one row per convention
 # --------------------------------------------------------------------------------------------
 
@@ -500,6 +652,19 @@ class Convention:
     paper: str
     match: str
     lacks: str | None = None
+    #: (notebook file stem, the term its code uses) where a student meets this convention.
+    in_class: tuple[str, str] | None = None
+
+
+def in_class(notebook: str, term: str):
+    """Mark a measure as one a student meets: the code of ``notebooks/<notebook>.ipynb`` calls
+    the function or sets the field the row is about (``term``), so the notebook runs labkit's
+    side of the convention. The page lists these rows first; ``tests/test_conventions.py``
+    checks that the notebook still holds the term."""
+    def mark(fn):
+        fn.in_class = (notebook, term)
+        return fn
+    return mark
 
 
 def _num(x: float, digits: int = 4) -> str:
@@ -557,6 +722,7 @@ def measure_empty_rows(v: Verl) -> Convention:
     )
 
 
+@in_class("01_ppo", "dual_clip")
 def measure_dual_clip(v: Verl) -> Convention:
     b = fixed_batch()
     c = v.actor_default("clip_ratio_c")
@@ -586,6 +752,7 @@ def measure_dual_clip(v: Verl) -> Convention:
     )
 
 
+@in_class("07_exploration", "cispo")
 def measure_cispo_cap(v: Verl) -> Convention:
     b = fixed_batch()
     eps = v.actor_default("clip_ratio_high")
@@ -611,6 +778,7 @@ def measure_cispo_cap(v: Verl) -> Convention:
     )
 
 
+@in_class("07_exploration", "cispo")
 def measure_cispo_floor(v: Verl) -> Convention:
     b = fixed_batch()
     low, high = v.actor_default("clip_ratio_low"), v.actor_default("clip_ratio_high")
@@ -652,6 +820,7 @@ def _verl_gdpo(v: Verl, b: Batch, mask: torch.Tensor) -> torch.Tensor:
     return advantages
 
 
+@in_class("03_baselines", "gdpo")
 def measure_gdpo(v: Verl) -> Convention:
     b = fixed_batch()
     lab = combine_rewards(b.rewards_per_func, None, b.num_generations, "normalize_then_sum")
@@ -709,6 +878,7 @@ def measure_entropy(v: Verl) -> Convention:
     )
 
 
+@in_class("03_baselines", "dr_grpo")
 def measure_dr_grpo_scale(v: Verl) -> Convention:
     b = fixed_batch()
     per_token = clipped_surrogate(token_log_ratio(b.logp, b.old, b.mask), b.adv[:, None])
@@ -742,6 +912,7 @@ def measure_dr_grpo_scale(v: Verl) -> Convention:
     )
 
 
+@in_class("02_grpo", "group_advantages")
 def measure_grpo_epsilon(v: Verl) -> Convention:
     b = fixed_batch()
     lab = group_advantages(b.rewards, b.num_generations)
@@ -799,6 +970,7 @@ def measure_singleton(v: Verl) -> Convention:
     )
 
 
+@in_class("03_baselines", "opo_advantages")
 def measure_opo_empty(v: Verl) -> Convention:
     b = fixed_batch()
     lengths = b.mask.sum(-1)
@@ -829,6 +1001,7 @@ def measure_opo_empty(v: Verl) -> Convention:
     )
 
 
+@in_class("03_baselines", "batch_normalize")
 def measure_whitening(v: Verl) -> Convention:
     b = fixed_batch()
     token_rewards = outcome_to_token_rewards(b.rewards.double(), b.mask)
@@ -858,6 +1031,7 @@ def measure_whitening(v: Verl) -> Convention:
     )
 
 
+@in_class("02_grpo", "kl_estimate")
 def measure_k3_clamp(v: Verl) -> Convention:
     b = fixed_batch()
     m = b.mask
@@ -894,6 +1068,7 @@ def _labkit_kl_cov(b: Batch, **fields) -> tuple[torch.Tensor, int]:
     return loss, int(chosen.sum())
 
 
+@in_class("07_exploration", "kl_cov")
 def measure_kl_cov(v: Verl) -> Convention:
     b = covariance_batch()
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
@@ -922,6 +1097,7 @@ def measure_kl_cov(v: Verl) -> Convention:
     )
 
 
+@in_class("01_ppo", "clip_range_value")
 def measure_value_clip(v: Verl) -> Convention:
     b = fixed_batch()
     g = torch.Generator().manual_seed(3)
@@ -971,6 +1147,7 @@ def sweep_max(advantages, values: tuple[float, ...] = SWEEP_VALUES) -> float:
     return worst
 
 
+@in_class("02_grpo", "group_advantages")
 def measure_constant_groups_trl() -> Convention:
     trl = sweep_max(lambda r, g, _: trl_advantages(r[:, None], g))
     binary = sweep_max(lambda r, g, _: trl_advantages(r[:, None], g), (0.0, 1.0))
@@ -993,6 +1170,7 @@ def measure_constant_groups_trl() -> Convention:
     )
 
 
+@in_class("02_grpo", "group_advantages")
 def measure_constant_groups_verl(v: Verl) -> Convention:
     def verl_advantages(name):
         fn = getattr(v.core, f"compute_{name}_outcome_advantage")
@@ -1018,6 +1196,7 @@ def measure_constant_groups_verl(v: Verl) -> Convention:
     )
 
 
+@in_class("05_gspo", "importance_sampling_level")
 def measure_gspo_clamp(v: Verl) -> Convention:
     t = 4
     logp = torch.full((2, t), -1.0, dtype=torch.float64)
@@ -1138,6 +1317,168 @@ def measure_missing_reward(v: Verl) -> Convention:
     )
 
 
+@lru_cache(maxsize=1)
+def scripted_runs() -> tuple:
+    """labkit's and TRL's episodes of :data:`EPISODE_SCRIPTS` (budget 256, turn limit 2)."""
+    return labkit_episodes(), trl_episodes()
+
+
+def _replies(text: str) -> list[str]:
+    """The tool replies in an episode's text, in order."""
+    return re.findall(r"<tool_response>\n(.*?)\n</tool_response>", text, flags=re.DOTALL)
+
+
+def _trl_text(completion_ids: list[int]) -> str:
+    return tool_tokenizer().decode(completion_ids)
+
+
+def _calls_answered(trl: dict, row: int) -> int:
+    """Tool messages TRL appended to episode ``row`` (one per call it answered)."""
+    return sum(message["role"] == "tool" for message in trl["completions"][row])
+
+
+@in_class("10_agents", "max_completion_length")
+def measure_tool_budget() -> Convention:
+    lab, trl = scripted_runs()
+    policy, total = int(lab.action_mask[0].sum()), int(lab.lengths[0])
+    first = int(lab.action_mask[0].tolist().index(0))  # the first turn, its end-of-turn included
+    exact = first + (total - policy)  # the first turn plus the whole reply turn
+    script = EPISODE_SCRIPTS[:1]
+    at_lab, at_trl = labkit_episodes(script, exact, None), trl_episodes(script, exact, None)
+    below_lab = labkit_episodes(script, exact - 1, None)
+    below_trl = trl_episodes(script, exact - 1, None)
+    return Convention(
+        "tool-budget", "The environment's tokens and `max_completion_length`",
+        "count: a reply is dropped (the episode ends) unless the completion stays below the "
+        "budget, leaving room for one more token",
+        "count: a reply is dropped only if it takes the completion past the budget; one that "
+        "ends exactly at it is kept, with no token left to answer",
+        "`response_length` counts them (0 in `response_mask`); a reply that brings the response "
+        "to `response_length` is dropped, as in labkit (`tool_agent_loop.py`, "
+        "`ToolAgentLoop._handle_processing_tools_state`; from source, not run)",
+        f"one call and its answer: {total} tokens, {policy} the policy's, in both. Budget "
+        f"{exact} (first turn {first} + reply turn {total - policy}): labkit "
+        f"{int(at_lab.lengths[0])} tokens, reply dropped; TRL {len(at_trl['completion_ids'][0])}"
+        f" tokens, reply kept, {sum(at_trl['tool_mask'][0]) - first} answer tokens. Budget "
+        f"{exact - 1}: labkit {int(below_lab.lengths[0])}, TRL "
+        f"{len(below_trl['completion_ids'][0])} (both drop it)",
+        "tool outputs inside the rollout's length budget, masked from the loss (ToRL, "
+        "arXiv 2503.23383; Search-R1, arXiv 2503.09516)",
+        "Both trainers count the environment's tokens against `max_completion_length` (the "
+        "completion is the whole episode after the prompt), so a tool that answers at length "
+        "leaves the policy less room; only the last token differs: TRL keeps a reply that "
+        "fills the budget exactly, and the episode then ends truncated without an answer, "
+        "which `mask_truncated_completions` masks; labkit drops it and ends the episode after "
+        "the call. No setting changes either rule; the difference is one token of budget.",
+    )
+
+
+@in_class("10_agents", "tool_error_rate")
+def measure_malformed_call() -> Convention:
+    lab, trl = scripted_runs()
+    reply = "; ".join(_replies(lab.texts[1])) or "none"
+    return Convention(
+        "malformed-tool-call", "A malformed tool call (invalid JSON between the tags)",
+        "answered with an `error: ...` reply, counted in `tool_errors`; the episode goes on",
+        "not a call: `parse_response` falls back to text, the turn is the answer; no reply, "
+        "not counted as a failure",
+        "not a call: `HermesToolParser.extract_tool_calls` (`tool_parser.py`) skips it; no call "
+        "left, the episode ends (from source, not run)",
+        f"a call missing its closing brace: labkit {int(lab.turns[1])} turns, "
+        f"{int(lab.lengths[1])} tokens, reply `{reply}`, {int(lab.tool_errors[1])} error; TRL "
+        f"{len(trl['completions'][1])} turn, {len(trl['completion_ids'][1])} tokens, "
+        f"{_calls_answered(trl, 1)} calls",
+        "errors returned to the model as the tool's output (ToRL, arXiv 2503.23383)",
+        "labkit treats the policy's text as hostile and tells it what was wrong, so a malformed "
+        "call costs a turn and leaves a trace in `tool_error_rate`; under TRL (and verl) the "
+        "same text ends the episode as if it were the answer, and the format reward or the "
+        "answer check is the only signal. Neither trainer has a switch.",
+    )
+
+
+@in_class("10_agents", "max_tool_calling_iterations")
+def measure_parallel_calls() -> Convention:
+    lab, trl = scripted_runs()
+    return Convention(
+        "parallel-tool-calls", "Two tool calls in one turn",
+        "the last call is run (`last_tool_call`), one reply",
+        "every call is run, one tool turn per call; `max_tool_calling_iterations` counts turns, "
+        "not calls",
+        "the first `multi_turn.max_parallel_calls` calls (default 1) are run "
+        "(`ToolAgentLoop._handle_processing_tools_state`; from source, not run)",
+        f"calls 1+1 then 2+2 in one turn: labkit replies {_replies(lab.texts[2])}, "
+        f"{int(lab.tool_calls[2])} call, {int(lab.lengths[2])} tokens; TRL replies "
+        f"{_replies(_trl_text(trl['completion_ids'][2]))}, {_calls_answered(trl, 2)} calls, "
+        f"{len(trl['completion_ids'][2])} tokens; policy tokens {int(lab.action_mask[2].sum())}"
+        f" and {sum(trl['tool_mask'][2])}",
+        "one call per turn in the tool-integrated rollout (ToRL, arXiv 2503.23383)",
+        "The lab's policy writes one call per turn, so the rule only binds when a policy learns "
+        "to write several: labkit answers the last (the one the turn ends with), TRL all of "
+        "them, verl the first. Under a turn limit TRL may answer more calls than "
+        "`max_tool_calling_iterations`.",
+    )
+
+
+@in_class("10_agents", "tool_calls")
+def measure_tool_metrics() -> Convention:
+    from labkit.engine.scoring import episode_metrics
+
+    lab, trl = scripted_runs()
+    ours, theirs = episode_metrics([lab]), trl["metrics"]
+    calls_lab = [int(c) for c in lab.tool_calls]
+    calls_trl = [_calls_answered(trl, row) for row in range(len(EPISODE_SCRIPTS))]
+    return Convention(
+        "tool-metrics", "The tool-call metrics: what a call and a failure are",
+        "`tool_calls`: calls answered per episode (one per turn); `tool_error_rate`: replies "
+        "that are errors (malformed call, unknown tool, the tool's own `error:` text) / calls",
+        "`tools/call_frequency`: calls run per episode (several per turn); "
+        "`tools/failure_frequency`: calls that raised or named no tool / calls; the bridge "
+        "logs them as `tool_calls` and `tool_error_rate`",
+        "`agent_loop/tool_calls/mean` is the seconds spent in tools (`AgentLoopMetrics`, a "
+        "timer), no failure metric (`agent_loop.py`, `_performance_metrics`; from source, "
+        "not run)",
+        f"the {len(EPISODE_SCRIPTS)} scripted episodes: calls per episode labkit "
+        f"{calls_lab}, TRL {calls_trl} (means {_num(ours['tool_calls'])} and "
+        f"{_num(theirs['tools/call_frequency'])}); error rate labkit "
+        f"{_num(ours['tool_error_rate'])}, TRL failure frequency "
+        f"{_num(theirs['tools/failure_frequency'])}",
+        "tool-use statistics of multi-turn RL (RAGEN/StarPO, arXiv 2504.20073)",
+        "Equal means can hide different counts (a malformed call is a call to labkit, none to "
+        "TRL; two calls in a turn are one to labkit, two to TRL). The error rates differ by "
+        "definition: the calculator answers `1/0` with an error text, which labkit counts and "
+        "TRL does not (the tool did not raise). A TRL history read through "
+        "`labkit.trl_bridge` carries TRL's definitions under labkit's names: notebook 10's "
+        "section 6 prints them from its TRL run.",
+    )
+
+
+def episode_agreements() -> list[tuple[str, str]]:
+    """What labkit's episode loop and TRL's tool loop do alike on the scripted episodes."""
+    lab, trl = scripted_runs()
+
+    def same(row: int) -> bool:
+        n = int(lab.lengths[row])
+        return (lab.completion_ids[row, :n].tolist() == trl["completion_ids"][row]
+                and lab.action_mask[row, :n].tolist() == trl["tool_mask"][row])
+
+    row, limit = 0, len(EPISODE_SCRIPTS) - 1
+    n, policy = int(lab.lengths[row]), int(lab.action_mask[row].sum())
+    framing = sum(author == "environment" for _, author in token_authors(
+        tool_tokenizer(), lab.completion_ids[row, :n], lab.action_mask[row, :n]))
+    verdict = {True: "same tokens, same mask", False: "differ"}
+    return [
+        ("An episode with one call: completion ids, and the loss mask (labkit `action_mask`, "
+         "TRL `tool_mask`)",
+         f"{verdict[same(row)]}: {policy} of {n} tokens in the loss in both, the policy's "
+         f"end-of-turn included; the {n - policy} of the reply's turn out, {framing} of them "
+         "chat framing"),
+        ("A call the tool answers with its own error text (`1/0`)", verdict[same(4)]),
+        (f"A third call past `max_tool_calling_iterations={TURN_LIMIT}`: left unanswered, the "
+         "episode ends", f"{verdict[same(limit)]}: {int(lab.tool_calls[limit])} calls answered "
+         f"in both"),
+    ]
+
+
 def measure_agreements(v: Verl) -> list[tuple[str, str]]:
     """Quantities the three libraries compute alike on the fixed batch: (what, difference)."""
     b = fixed_batch()
@@ -1183,17 +1524,19 @@ def measure_agreements(v: Verl) -> list[tuple[str, str]]:
           f"{_diff(verl_sapo - sapo)}")),
         ((f"GSPO loss: labkit `sequence_token` + `grpo` vs verl `gspo`, "
           f"`seq-mean-token-mean` (global_batch_size={n})"), _diff(verl_gspo - gspo)),
+        *episode_agreements(),
     ]
 
 
-#: Every row of the page, in order.
+#: Every row of the page, in the order measured (the page lists them by :func:`class_order`).
 MEASURES = (
     measure_empty_rows, measure_dual_clip, measure_cispo_cap, measure_cispo_floor,
     measure_gdpo, measure_entropy, measure_dr_grpo_scale, measure_grpo_epsilon,
     measure_singleton, measure_opo_empty, measure_whitening, measure_k3_clamp, measure_kl_cov,
     measure_value_clip, measure_constant_groups_trl, measure_constant_groups_verl,
     measure_gspo_clamp, measure_kl_in_reward, measure_bias_correction,
-    measure_top_entropy_bonus, measure_missing_reward,
+    measure_top_entropy_bonus, measure_missing_reward, measure_tool_budget,
+    measure_malformed_call, measure_parallel_calls, measure_tool_metrics,
 )
 
 
@@ -1203,7 +1546,13 @@ def needs_verl(measure) -> bool:
 
 
 def measure(fn, verl: Verl | None = None) -> Convention:
-    return fn(verl) if needs_verl(fn) else fn()
+    row = fn(verl) if needs_verl(fn) else fn()
+    return dataclasses.replace(row, in_class=getattr(fn, "in_class", None))
+
+
+def class_order(rows: list[Convention]) -> list[Convention]:
+    """The rows a student meets first, by notebook (then as measured), then the others."""
+    return sorted(rows, key=lambda r: (0, r.in_class[0]) if r.in_class else (1, ""))
 
 
 # --------------------------------------------------------------------------------------------
@@ -1218,8 +1567,11 @@ read from documentation: `tests/conventions_measure.py` runs labkit's functions,
 `GRPOTrainer._compute_loss` (and a cited transcription of its advantage lines) and verl's
 `core_algos.py` on fixed, seeded tensors: 3 prompts x 4 completions, ragged lengths with one
 empty response, 9 padded tokens, `max_completion_length` 16, float64 log-probs, float32 rewards
-(KL-Cov: 16 x 320 tokens). `tests/test_conventions.py` fails when a number here no longer
-matches the code.
+(KL-Cov: 16 x 320 tokens). The episode rows run one scripted policy (fixed turns, the shipped
+tool model's tokenizer, a calculator environment per episode) through labkit's `run_episodes`
+and TRL's own `GRPOTrainer._generate` and tool loop; verl's agent loop is not loaded, so its
+cells there are read from its source and say so. `tests/test_conventions.py` fails when a number
+here no longer matches the code.
 
 Versions measured: labkit {labkit}, trl {trl}, verl {verl} (wheel sha256 `{sha}`, not installed:
 `core_algos.py` is loaded on its own). Regenerate with `{command}`.
@@ -1245,6 +1597,7 @@ def render_page(rows: list[Convention], agreements: list[tuple[str, str]],
     """The whole of ``docs/conventions.md``."""
     head = HEADER.format(labkit=importlib.metadata.version("labkit"), trl=_trl().version,
                          verl=VERL_VERSION, sha=verl.sha256, command=COMMAND)
+    rows = class_order(rows)
     table = ["| id | convention | labkit | TRL | verl | measured difference | paper |",
              "|---|---|---|---|---|---|---|", *(table_line(r) for r in rows)]
     sections = ["## What to set to get the same number", ""]
@@ -1258,8 +1611,25 @@ def render_page(rows: list[Convention], agreements: list[tuple[str, str]],
     agree = ["## Checked and equal", "", "Measured on the same batch, for contrast.", "",
              "| quantity | difference |", "|---|---|",
              *(f"| {_cell(what)} | {_cell(size)} |" for what, size in agreements), ""]
-    return "\n".join([head, "## The conventions", "", *table, "", *sections, *summary, *agree,
-                      *async_handoff()])
+    return "\n".join([head, *in_class_section(rows), "## The conventions", "", *table, "",
+                      *sections, *summary, *agree, *async_handoff()])
+
+
+def in_class_section(rows: list[Convention]) -> list[str]:
+    """The lines that say which rows come first and in which notebook a student meets them."""
+    by_notebook = defaultdict(list)
+    for row in rows:
+        if row.in_class:
+            by_notebook[row.in_class[0]].append(f"`{row.key}` (`{row.in_class[1]}`)")
+    return ["## In class first", "",
+            ("The table lists first the conventions a student runs in the lab's notebooks: the "
+             "notebook's code calls the function or sets the field the row is about (named in "
+             "brackets), so what it prints or trains with is labkit's side of the convention, "
+             "and the same cell under TRL or verl would follow the other. The rest follow, in "
+             "the order measured. `tests/test_conventions.py` checks that each notebook still "
+             "uses the name."), "",
+            *(f"- notebook {name[:2]} (`{name}.ipynb`): {', '.join(keys)}"
+              for name, keys in sorted(by_notebook.items())), ""]
 
 
 def async_handoff() -> list[str]:

@@ -6,6 +6,7 @@ and TRL always run; the verl rows fetch the verl wheel once per machine (``pip d
 install) and are skipped, with the reason, when it cannot be fetched.
 """
 
+import json
 import sys
 
 import conventions_measure as cm
@@ -63,6 +64,37 @@ def test_whole_page_matches(verl):
         return [line for line in text.splitlines() if not line.startswith("Versions measured")]
 
     assert numbers(page) == numbers(cm.DOC.read_text(encoding="utf-8")), REGENERATE
+
+
+def test_in_class_rows_name_what_their_notebook_uses():
+    """The page lists a row first because its notebook uses the row's function or field: the
+    notebook's code must still hold that name (a row whose notebook dropped it is stale)."""
+    marked = [fn for fn in cm.MEASURES if getattr(fn, "in_class", None)]
+    assert {fn.in_class[0][:2] for fn in marked} >= {"01", "02", "03", "10"}
+    for fn in marked:
+        notebook, term = fn.in_class
+        cells = json.loads((cm.REPO / "notebooks" / f"{notebook}.ipynb").read_text("utf-8"))["cells"]
+        code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        assert term in code, f"{fn.__name__}: notebooks/{notebook}.ipynb no longer uses {term!r}"
+    rows = cm.class_order([measured(fn) for fn in LABKIT_TRL_ROWS])
+    firsts = [row.in_class is not None for row in rows]
+    assert firsts == sorted(firsts, reverse=True), "rows met in class come first"
+
+
+def test_episode_loops_agree_where_the_page_says_so():
+    """The episodes the page calls equal under labkit and TRL: same tokens, same loss mask, the
+    environment's turn (reply and chat framing) out of the loss, the turn limit alike."""
+    lab, trl = cm.scripted_runs()
+    for row in (0, 4, len(cm.EPISODE_SCRIPTS) - 1):
+        n = int(lab.lengths[row])
+        assert lab.completion_ids[row, :n].tolist() == trl["completion_ids"][row]
+        assert lab.action_mask[row, :n].tolist() == trl["tool_mask"][row]
+    tok, n = cm.tool_tokenizer(), int(lab.lengths[0])
+    ids, mask = lab.completion_ids[0, :n].tolist(), lab.action_mask[0, :n].tolist()
+    assert ids[mask.index(0) - 1] == tok.eos_token_id  # the policy's end of turn: in the loss
+    out = [t for t, m in zip(ids, mask) if m == 0]  # the reply's turn, framing included: out
+    assert out.count(tok.convert_tokens_to_ids("<|im_start|>")) == 2 and tok.eos_token_id in out
+    assert bool(lab.turn_limit[-1]) and int(lab.tool_calls[-1]) == cm.TURN_LIMIT
 
 
 def test_trl_constant_group_noise_is_far_above_1e8():

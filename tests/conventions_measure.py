@@ -20,6 +20,13 @@ Where the code comes from:
 * verl: ``core_algos.py`` of the 0.9.1 wheel, fetched once per machine with ``pip download``
   (no install) and loaded as a standalone module by :func:`load_verl`, with the few stubs listed
   there; its defaults are read from the wheel's ``_generated_ppo_trainer.yaml``.
+* Episodes and tools: a scripted policy (:data:`EPISODE_SCRIPTS`, fixed turns in place of
+  sampling) runs through labkit's :func:`~labkit.agents.episodes.run_episodes` (its sampler
+  replaced for the call) and TRL's own ``GRPOTrainer._generate`` and ``_tool_call_loop`` on
+  :class:`_TrlEpisodeHarness`. verl's agent loop (``verl/experimental/agent_loop``) needs its
+  rollout server, so its cells in those rows are read from the wheel's source and say so.
+
+Rows marked :func:`in_class` (the notebook and the name its code uses) come first on the page.
 
 Run ``python tests/conventions_measure.py`` to print the page, ``--write`` to regenerate it. The
 page is never written without the verl wheel (half a page would look complete).
@@ -1339,7 +1346,7 @@ def _calls_answered(trl: dict, row: int) -> int:
 
 @in_class("10_agents", "max_completion_length")
 def measure_tool_budget() -> Convention:
-    lab, trl = scripted_runs()
+    lab, _ = scripted_runs()
     policy, total = int(lab.action_mask[0].sum()), int(lab.lengths[0])
     first = int(lab.action_mask[0].tolist().index(0))  # the first turn, its end-of-turn included
     exact = first + (total - policy)  # the first turn plus the whole reply turn
@@ -1367,9 +1374,10 @@ def measure_tool_budget() -> Convention:
         "Both trainers count the environment's tokens against `max_completion_length` (the "
         "completion is the whole episode after the prompt), so a tool that answers at length "
         "leaves the policy less room; only the last token differs: TRL keeps a reply that "
-        "fills the budget exactly, and the episode then ends truncated without an answer, "
-        "which `mask_truncated_completions` masks; labkit drops it and ends the episode after "
-        "the call. No setting changes either rule; the difference is one token of budget.",
+        "fills the budget exactly, and the episode ends there without an answer (truncated: "
+        "its last token is not an end-of-turn, so `mask_truncated_completions=True` masks "
+        "it); labkit drops the reply and ends the episode after the call, also truncated. No "
+        "setting changes either rule; the difference is one token of budget.",
     )
 
 
@@ -1399,6 +1407,7 @@ def measure_malformed_call() -> Convention:
 @in_class("10_agents", "max_tool_calling_iterations")
 def measure_parallel_calls() -> Convention:
     lab, trl = scripted_runs()
+    one_turn = trl_episodes(EPISODE_SCRIPTS[2:3], EPISODE_BUDGET, 1)
     return Convention(
         "parallel-tool-calls", "Two tool calls in one turn",
         "the last call is run (`last_tool_call`), one reply",
@@ -1410,12 +1419,14 @@ def measure_parallel_calls() -> Convention:
         f"{int(lab.tool_calls[2])} call, {int(lab.lengths[2])} tokens; TRL replies "
         f"{_replies(_trl_text(trl['completion_ids'][2]))}, {_calls_answered(trl, 2)} calls, "
         f"{len(trl['completion_ids'][2])} tokens; policy tokens {int(lab.action_mask[2].sum())}"
-        f" and {sum(trl['tool_mask'][2])}",
+        f" and {sum(trl['tool_mask'][2])}; TRL with `max_tool_calling_iterations=1`: "
+        f"{_calls_answered(one_turn, 0)} calls answered",
         "one call per turn in the tool-integrated rollout (ToRL, arXiv 2503.23383)",
-        "The lab's policy writes one call per turn, so the rule only binds when a policy learns "
-        "to write several: labkit answers the last (the one the turn ends with), TRL all of "
-        "them, verl the first. Under a turn limit TRL may answer more calls than "
-        "`max_tool_calling_iterations`.",
+        "The lab's demonstrations (`calculator_demonstration`) write one call per turn, so "
+        "the rule binds when a policy learns to write several: labkit answers the last (the "
+        "one the turn ends with), TRL all of them, verl the first. TRL's turn limit counts "
+        "turns, so it answers more calls than `max_tool_calling_iterations` when a turn holds "
+        "several; labkit's counts calls.",
     )
 
 
@@ -1467,15 +1478,15 @@ def episode_agreements() -> list[tuple[str, str]]:
         tool_tokenizer(), lab.completion_ids[row, :n], lab.action_mask[row, :n]))
     verdict = {True: "same tokens, same mask", False: "differ"}
     return [
-        ("An episode with one call: completion ids, and the loss mask (labkit `action_mask`, "
-         "TRL `tool_mask`)",
-         f"{verdict[same(row)]}: {policy} of {n} tokens in the loss in both, the policy's "
-         f"end-of-turn included; the {n - policy} of the reply's turn out, {framing} of them "
-         "chat framing"),
+        (("An episode with one call: completion ids, and the loss mask (labkit `action_mask`, "
+          "TRL `tool_mask`)"),
+         (f"{verdict[same(row)]}: {policy} of {n} tokens in the loss in both, the policy's "
+          f"end-of-turn included; the {n - policy} of the reply's turn out, {framing} of them "
+          "chat framing")),
         ("A call the tool answers with its own error text (`1/0`)", verdict[same(4)]),
-        (f"A third call past `max_tool_calling_iterations={TURN_LIMIT}`: left unanswered, the "
-         "episode ends", f"{verdict[same(limit)]}: {int(lab.tool_calls[limit])} calls answered "
-         f"in both"),
+        ((f"A third call past `max_tool_calling_iterations={TURN_LIMIT}`: left unanswered, the "
+          "episode ends"),
+         f"{verdict[same(limit)]}: {int(lab.tool_calls[limit])} calls answered in both"),
     ]
 
 

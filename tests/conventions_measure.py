@@ -1619,7 +1619,8 @@ def render_page(rows: list[Convention], agreements: list[tuple[str, str]],
     lacks = [f"- `{r.key}`: {r.lacks.removeprefix('labkit lacks: ')}" for r in rows
              if r.lacks and r.lacks.startswith("labkit lacks:")]
     summary = ["## labkit lacks", "", *lacks, ""]
-    agree = ["## Checked and equal", "", "Measured on the same batch, for contrast.", "",
+    agree = ["## Checked and equal", "", ("Measured on the same batch (the episode rows: on the scripted episodes), for "
+              "contrast."), "",
              "| quantity | difference |", "|---|---|",
              *(f"| {_cell(what)} | {_cell(size)} |" for what, size in agreements), ""]
     return "\n".join([head, *in_class_section(rows), "## The conventions", "", *table, "",

@@ -9,12 +9,14 @@ then computes, the ratio of PPO/GRPO and the loss mask all belong to a sequence 
 often of another length. TRL's multi-turn GRPO loop had this bug and was fixed by concatenating ids
 instead of re-rendering text (huggingface/trl issue 5224); vLLM returns the sampled ids through its
 OpenAI-compatible server for the same reason ("retokenization drift", vLLM blog, 2025-10-22), and
-rLLM, SkyRL and slime moved their agent loops to token-in/token-out after seeing KL spikes from it.
+rLLM (which traced KL spikes to it, rllm-org/rllm pull request 272), SkyRL and slime moved their
+agent loops to token-in/token-out.
 labkit's episode loop never re-encodes what the policy wrote (:mod:`labkit.agents.episodes`
 continues sampling from ids, and the action mask is recorded at sampling time).
 
-The tiny Qwen's tokenizer hides the problem: one token per character (plus a few tag tokens), so a
-decoded episode encodes back to the same ids. These functions build a small BPE offline on the
+The tiny Qwen's tokenizer hides the problem: one token per character plus a few tag tokens, so a
+decoded episode encodes back to the same ids (unless the policy spelt a tag out character by
+character). These functions build a small BPE offline on the
 lab's own text and measure the drift on it: :func:`train_bpe` (deterministic), :func:`lab_texts`
 (the corpus), :func:`resplit` (a canonical sequence rewritten with some tokens split into smaller
 vocabulary tokens, as a sampler may emit them), :func:`round_trip` (decode, then encode) and

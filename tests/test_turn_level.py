@@ -16,47 +16,46 @@ from labkit.agents.tool_calls import format_tool_call
 D = torch.float64
 
 # Two groups of two episodes, ten completion columns. 1 = the policy wrote it, 0 = the
-# environment (or padding). Turn rewards sit on each turn's last policy token.
+# environment (or padding). Each answered turn's reward sits on its last policy token; an
+# episode's last turn got no reply, so a value there (row 0, column 8) must be ignored.
 ACTIONS = torch.tensor([
     [1, 1, 0, 0, 1, 1, 0, 1, 1, 0],   # three turns: columns 0-1, 4-5, 7-8
-    [1, 1, 1, 0, 0, 0, 0, 0, 0, 0],   # one turn
-    [1, 0, 0, 1, 1, 1, 0, 0, 0, 0],   # two turns
-    [1, 1, 0, 1, 0, 0, 0, 0, 0, 0],   # two turns
+    [1, 1, 1, 0, 0, 1, 0, 0, 0, 0],   # two turns: 0-2, 5
+    [1, 0, 0, 1, 1, 1, 0, 0, 0, 0],   # two turns: 0, 3-5
+    [1, 1, 0, 1, 0, 0, 0, 0, 0, 0],   # two turns: 0-1, 3
 ])
 GAINS = torch.zeros(4, 10, dtype=D)
-GAINS[0, 1], GAINS[0, 5], GAINS[0, 8] = 0.25, 0.5, 0.0
+GAINS[0, 1], GAINS[0, 5], GAINS[0, 8] = 0.25, 0.5, 0.3
 GAINS[1, 2] = 0.5
-GAINS[2, 0], GAINS[2, 5] = 0.2, 0.1
-GAINS[3, 1], GAINS[3, 3] = 0.6, 0.4
+GAINS[2, 0] = 0.2
+GAINS[3, 1] = 0.6
 OUTCOME = torch.tensor([1.0, 0.0, 0.0, 1.0], dtype=D)
+
+
+def pair(a, b):
+    """GRPO's advantages of a group of two: +-(a - b) / 2 over the Bessel std |a - b| / sqrt(2)."""
+    if a == b:
+        return 0.0, 0.0
+    std = abs(a - b) / math.sqrt(2)
+    return (a - b) / 2 / (std + 1e-4), (b - a) / 2 / (std + 1e-4)
 
 
 def by_hand(gamma):
     """The module docstring's formula written out for the batch above."""
-    g0 = [0.25 + gamma * (0.5 + gamma * (0.0 + 1.0)), 0.5 + gamma * (0.0 + 1.0), 0.0 + 1.0]
-    g1 = [0.5 + 0.0]
-    g2 = [0.2 + gamma * (0.1 + 0.0), 0.1 + 0.0]
-    g3 = [0.6 + gamma * (0.4 + 1.0), 0.4 + 1.0]
-
-    def norm(a, b):  # a group of two: +-|a - b| / 2 over the Bessel std |a - b| / sqrt(2)
-        if a == b:
-            return 0.0, 0.0
-        std = abs(a - b) / math.sqrt(2)
-        return (a - b) / 2 / (std + 1e-4), (b - a) / 2 / (std + 1e-4)
-
-    a00, a10 = norm(g0[0], g1[0])          # turn 0 of group one: both episodes reached it
-    a20, a30 = norm(g2[0], g3[0])
-    a21, a31 = norm(g2[1], g3[1])          # turn 1 of group two: both reached it
-    # turn 1 and 2 of episode 0: the only one of its group there, advantage 0
+    e0, e1 = pair(1.0, 0.0)                       # episode terms (outcome)
+    e2, e3 = pair(0.0, 1.0)
+    t00, t10 = pair(0.25 + gamma * 0.5, 0.5)      # turn 0 of group one: both answered
+    t20, t30 = pair(0.2, 0.6)                     # turn 0 of group two
+    # row 0's turn 1: the only answered turn 1 of its group, a turn term of 0; last turns: none
     expected = torch.zeros(4, 10, dtype=D)
-    expected[0, 0:2] = a00
-    expected[1, 0:3] = a10
-    expected[2, 0], expected[2, 3:6] = a20, a21
-    expected[3, 0:2], expected[3, 3] = a30, a31
+    expected[0, 0:2], expected[0, 4:6], expected[0, 7:9] = e0 + t00, e0, e0
+    expected[1, 0:3], expected[1, 5] = e1 + t10, e1
+    expected[2, 0], expected[2, 3:6] = e2 + t20, e2
+    expected[3, 0:2], expected[3, 3] = e3 + t30, e3
     return expected
 
 
-@pytest.mark.parametrize("gamma", [1.0, 0.5])
+@pytest.mark.parametrize("gamma", [0.0, 0.5, 1.0])
 def test_hand_computed_advantages_on_a_tiny_batch(gamma):
     got = turn_level_advantages(OUTCOME, GAINS, ACTIONS, ACTIONS, 2, gamma=gamma)
     torch.testing.assert_close(got, by_hand(gamma), atol=1e-12, rtol=0)
@@ -88,11 +87,12 @@ def test_the_loss_mask_zeroes_what_it_leaves_out():
     mask[0, 4:] = 0  # e.g. a truncated episode masked out past column 3
     got = turn_level_advantages(OUTCOME, GAINS, ACTIONS, mask, 2)
     assert torch.all(got[0, 4:] == 0)
-    torch.testing.assert_close(got[:, :4], by_hand(1.0)[:, :4], atol=1e-12, rtol=0)
+    torch.testing.assert_close(got[:, :4], by_hand(0.0)[:, :4], atol=1e-12, rtol=0)
 
 
-def test_single_turn_completions_get_grpos_advantage():
-    """No action mask and no turn rewards: one turn per completion, G = R, exactly GRPO."""
+def test_without_turn_rewards_it_is_grpo():
+    """Single-turn completions (no action mask), or episodes whose environment keeps no per-turn
+    rewards: no turn term, GRPO's advantage on every policy token."""
     g = torch.Generator().manual_seed(0)
     rewards = torch.randn(4 * 6, dtype=D, generator=g)
     mask = (torch.arange(9)[None, :] < torch.randint(1, 10, (24, 1), generator=g)).long()
@@ -100,6 +100,9 @@ def test_single_turn_completions_get_grpos_advantage():
         got = turn_level_advantages(rewards, None, None, mask, 6, scale_rewards=scale)
         want = group_advantages(rewards, 6, scale)[:, None] * mask
         torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+    episodes = turn_level_advantages(OUTCOME, None, ACTIONS, ACTIONS, 2)
+    torch.testing.assert_close(episodes, group_advantages(OUTCOME, 2)[:, None] * ACTIONS,
+                               atol=1e-12, rtol=0)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -109,7 +112,8 @@ def test_single_turn_completions_get_grpos_advantage():
     ({"turn_rewards": GAINS[:, :5]}, "turn_rewards must have shape (4, 10)"),
     ({"turn_rewards": torch.where(ACTIONS.bool(), torch.nan, GAINS)},
      "turn_rewards contains non-finite (NaN/inf) values at rows [0, 1, 2, 3]"),
-    ({"rewards": torch.tensor([1.0, math.inf, 0.0, 0.0], dtype=D)}, "rewards contains"),
+    ({"rewards": torch.tensor([1.0, math.inf, 0.0, 0.0], dtype=D)},
+     "rewards contains infinite values at rows [1]"),
     ({"num_generations": 3}, "is not divisible by num_generations = 3"),
 ])
 def test_bad_settings_are_refused_by_name_and_value(kwargs, message):
@@ -186,7 +190,7 @@ def test_an_episode_batch_trains_with_turn_level_credit(tool_model):
     config = TrainConfig(model_name_or_path="tiny-tools", advantage_estimator="turn_grpo",
                          prompts_per_step=2, num_generations=4, max_completion_length=200,
                          max_tool_calling_iterations=4, max_steps=1, device="cpu",
-                         dtype="float32", progress=False, seed=0, warmup_ratio=0.0)
+                         dtype="float32", progress=False, seed=0, warmup_ratio=0.0, gamma=0.0)
     trainer = Trainer(config, model=copy.deepcopy(model), tokenizer=tokenizer,
                       train_dataset=guessing_dataset(8, seed=0),
                       reward_funcs=[environment_reward], environment_factory=GuessingEnv)
@@ -195,7 +199,7 @@ def test_an_episode_batch_trains_with_turn_level_credit(tool_model):
     assert policy_turn_ids(batch.action_mask).max() >= 1, "no episode took a second turn"
     trainer.compute_advantages(batch)
     want = turn_level_advantages(batch.rewards, batch.turn_rewards, batch.action_mask,
-                                 batch.loss_mask, 4)
+                                 batch.loss_mask, 4, gamma=0.0)
     assert torch.equal(batch.token_advantages, want)
     assert torch.all(batch.token_advantages[batch.action_mask == 0] == 0)
     before = [p.detach().clone() for p in trainer.model.parameters()]

@@ -19,11 +19,12 @@ them in the training forward exactly as they were when sampled. ReTool (arXiv 25
 same reason: the policy did not choose them, so their log-probabilities carry no credit.
 
 Per-turn rewards. An environment that keeps ``turn_rewards`` (a list it appends to as its tools
-answer, as :class:`labkit.agents.GuessingEnv` does) has each policy turn's share recorded where the
-turn ends: ``Episodes.turn_rewards`` holds, on the last token the policy wrote in a turn, what the
-environment appended while answering that turn's call (0 for a turn without a call, and on every
-other token). A turn-level advantage estimator (:mod:`labkit.advantages.turn_level`) reads them
-there, as GAE reads an outcome on a completion's last token.
+answer, as :class:`labkit.agents.GuessingEnv` does) has each answered turn's share recorded where
+the turn ends: ``Episodes.turn_rewards`` holds, on the last token the policy wrote in a turn whose
+reply entered the episode, what the environment appended while answering that turn's call (0 on
+every other token; a reply cut by the length budget is not in the episode, and neither is its
+reward). A turn-level advantage estimator (:mod:`labkit.advantages.turn_level`) reads them there,
+as GAE reads an outcome on a completion's last token.
 
 Batched: every turn samples all unfinished episodes at once with the KV-cached sampler
 (:func:`labkit.rollout.generate_from_ids`, continuing from token ids, so nothing the policy
@@ -61,9 +62,9 @@ class Episodes(Rollout):
     tool_errors      (B,) long  of which answered with an error (malformed call, bad argument)
     turns            (B,) long  assistant turns written
     turn_limit       (B,) bool  the episode stopped at a call past ``max_tool_calling_iterations``
-    turn_rewards     (B, L)     the environment's reward for each policy turn, on the turn's last
-                                token (0 elsewhere); None unless every environment keeps
-                                ``turn_rewards``
+    turn_rewards     (B, L)     the environment's reward for each answered policy turn, on the
+                                turn's last token (0 elsewhere); None unless every environment
+                                keeps ``turn_rewards``
     environments     list       one environment per row, in the state the episode left it
     ================ ========== ===============================================================
 
@@ -197,14 +198,14 @@ def run_episodes(model, tokenizer, prompts, environments, *, num_generations: in
                 continue
             kept = len(environments[i].turn_rewards) if keeps else 0
             reply = run_tool_call(environments[i], body)
-            if keeps and n:
-                gains[i][-1] = float(sum(environments[i].turn_rewards[kept:]))
             calls[i] += 1
             errors[i] += reply.startswith(ERROR_PREFIX)
             reply_ids = environment_turn_ids(tokenizer, reply)
             if len(tokens[i]) + len(reply_ids) >= max_completion_length:
                 truncated[i] = True  # no room for the reply and an answer after it
                 continue
+            if keeps and n:  # the turn's reward, recorded once its reply is in the episode
+                gains[i][-1] = float(sum(environments[i].turn_rewards[kept:]))
             tokens[i] += reply_ids
             actions[i] += [0] * len(reply_ids)
             logps[i] += [0.0] * len(reply_ids)

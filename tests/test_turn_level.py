@@ -164,6 +164,28 @@ def test_episodes_put_each_guess_reward_on_its_turns_last_token(monkeypatch):
         assert env.turn_rewards[0] > 0 and env.turn_rewards[1] > 0
 
 
+def test_a_reply_cut_by_the_budget_records_no_reward(monkeypatch):
+    """The call ran (the environment counted its reward) but its reply did not fit: the episode
+    ends truncated, without the reply, and without the turn's reward."""
+    from test_episodes import TOKENIZER, _Weights, scripted
+
+    from labkit.agents import episodes as episodes_module
+    from labkit.agents.episodes import environment_turn_ids, run_episodes
+
+    turn = "<think></think>" + format_tool_call("guess", {"code": "55"})
+    monkeypatch.setattr(episodes_module, "generate_from_ids", scripted([turn]))
+    probe = GuessingEnv()
+    probe.reset(code="73")
+    written = len(TOKENIZER(turn + TOKENIZER.eos_token, add_special_tokens=False)["input_ids"])
+    reply = len(environment_turn_ids(TOKENIZER, probe.guess(code="55")))
+    env = GuessingEnv()
+    env.reset(code="73")
+    out = run_episodes(_Weights(), TOKENIZER, ["Guess 2 digits"], [env],
+                       max_completion_length=written + reply)
+    assert bool(out.truncated[0]) and int(out.lengths[0]) == written
+    assert env.turn_rewards[0] > 0 and out.turn_rewards.sum() == 0
+
+
 def test_an_environment_without_turn_rewards_records_none(monkeypatch):
     from test_episodes import run
 

@@ -135,9 +135,9 @@ __all__ = [
     "plot_token_temperature",
     "ratio_spread",
     "runs_summary",
-    "summary_values",
     "stale_logprobs",
     "staleness_table",
+    "summary_values",
     "surrogate_weights",
     "temperature_tokens",
 ]

@@ -21,6 +21,9 @@
 # TRL 1.16.0) at commit 411c080, before the fixed-shape sampler: 26.5 ms per decode step (4.5 ms
 # with cuDNN's attention switched off); notebook 02's live run 91.2 s, 69.1 s of it sampling;
 # 0.5B shape labkit 1.705 s/step against TRL's 1.741 s; 1.5B shape not finished in 140 s.
+# With it (2ee84ad, same machine kind and versions; docs/measurements/gpu_h100.txt): 0.92 ms per
+# decode step; notebook 02's live run 16.8 s, 3.5 s of it sampling; 0.5B shape 0.825 s against
+# TRL's 4.300 s per step; 1.5B shape 1.221 s against 5.381 s.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -104,3 +107,11 @@ run 90 bench_05b.txt python3 -m labkit bench --device cuda --model Qwen/Qwen2.5-
 echo "== 4. bench with phases, Qwen2.5-1.5B shape"
 run 100 bench_15b.txt python3 -m labkit bench --device cuda --model Qwen/Qwen2.5-1.5B-Instruct \
     --reward alternating --steps 3 --warmup 1
+echo "== 5. memory planner vs measured peak"
+run 100 memory_05b.txt python3 -m labkit bench_memory --device cuda \
+    --model Qwen/Qwen2.5-0.5B-Instruct --prompts 16 --generations 8 --completion-length 64
+run 100 memory_05b_checkpointing.txt python3 -m labkit bench_memory --device cuda \
+    --model Qwen/Qwen2.5-0.5B-Instruct --prompts 16 --generations 8 --completion-length 64 \
+    --gradient-checkpointing
+run 100 memory_qwen3.txt python3 -m labkit bench_memory --device cuda --model Qwen/Qwen3-0.6B \
+    --prompts 16 --generations 8 --completion-length 128

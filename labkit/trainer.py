@@ -112,7 +112,7 @@ from labkit.losses import (
     value_loss,
 )
 from labkit.metrics import METRICS, TIMING_COLUMNS, StepStats
-from labkit.models import ValueModel
+from labkit.models import ValueModel, attention_kernels
 from labkit.offpolicy import correct_batch, make_producer
 from labkit.rewards import accuracy_reward
 from labkit.rewards.environment import check_environment_rewards
@@ -568,7 +568,11 @@ class Trainer:
             for key in _LOGGED_LOSS_METRICS:
                 if key in metrics:
                     stats.add(key, metrics[key], weight)
-            loss.backward()
+            # The backward under the forward's kernels: with gradient_checkpointing it recomputes
+            # the forward, and on CUDA outside this context SDPA picks cuDNN's attention, whose
+            # saved tensors differ from the forward's (torch's CheckpointError; the GPU check).
+            with attention_kernels(self.device):
+                loss.backward()
         return True
 
     def accumulate_ptx_gradients(self, examples, stats: StepStats | None = None) -> bool:

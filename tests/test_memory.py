@@ -129,6 +129,32 @@ def test_reference_row_only_with_beta_and_without_lora():
     assert "reference model" not in shared.index
 
 
+def test_a_cuda_graphs_static_cache_is_rounded_up_and_kept_in_every_phase():
+    """A captured decode step keeps its static KV cache between rounds (labkit.decode), so on
+    CUDA with graphs the cache counts in the training and step phases too, at the length the
+    fixed loop allocates: prompt + completion rounded up to GRAPH_LENGTH_BUCKET."""
+    from labkit.decode import GRAPH_LENGTH_BUCKET
+
+    run = dict(SMALL, dtype="bfloat16")
+    graph = memory_plan("tiny", TrainConfig(**run), prompt_length=30)
+    length = -(-(30 + 16) // GRAPH_LENGTH_BUCKET) * GRAPH_LENGTH_BUCKET
+    assert length == 64
+    for no_graph in (memory_plan("tiny", TrainConfig(**run), prompt_length=30, device="cpu"),
+                     memory_plan("tiny", TrainConfig(**run, cuda_graphs=False), prompt_length=30),
+                     memory_plan("tiny", TrainConfig(**run, decode_path="dynamic"),
+                                 prompt_length=30),
+                     memory_plan("tiny", TrainConfig(**run, use_peft=True), prompt_length=30)):
+        cache = no_graph.loc["KV cache (sampling)"]
+        assert cache["phases"] == "sampling"
+        assert cache["bytes"] * length == graph.loc["KV cache (sampling)", "bytes"] * (30 + 16)
+    assert set(graph.loc["KV cache (sampling)", "phases"].split(", ")) == {"sampling", "train",
+                                                                          "step"}
+    eager = phase_totals(memory_plan("tiny", TrainConfig(**run, cuda_graphs=False),
+                                     prompt_length=30))
+    totals = phase_totals(graph)
+    assert totals["train"] - eager["train"] == graph.loc["KV cache (sampling)", "bytes"]
+
+
 def test_ppo_adds_a_critic_and_the_total_is_the_largest_phase():
     ppo = memory_plan("tiny", TrainConfig(advantage_estimator="gae", loss_type="dapo"))
     grpo = memory_plan("tiny", TrainConfig())

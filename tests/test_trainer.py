@@ -113,6 +113,22 @@ def test_every_preset_trains_on_a_gpu_in_bfloat16(base, name):
     assert torch.isfinite(torch.tensor(numeric.to_numpy(dtype=float))).all(), history.T
     assert not same_weights(before, weights(trainer.model))
 
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("name", ["grpo", "ppo"])
+def test_gradient_checkpointing_trains_on_a_gpu(base, name):
+    """The recomputed forward runs in the backward: it must run under the forward's attention
+    kernels, or SDPA picks cuDNN's there and torch refuses the mismatched recomputation
+    (CheckpointError; found by the GPU check at the Qwen2.5-0.5B shape)."""
+    model, tokenizer, data = base
+    config = preset(name, **{**SMALL, "device": "cuda", "dtype": "bfloat16",
+                             "gradient_checkpointing": True})
+    gpu_model = copy.deepcopy(model).to("cuda", torch.bfloat16)
+    trainer = Trainer(config, model=gpu_model, tokenizer=tokenizer, train_dataset=data,
+                      reward_funcs=[length_reward])
+    history = trainer.train().history
+    assert (history["skipped_nonfinite"] == 0).all() and history["grad_norm"].gt(0).all()
+
 def test_dynamic_sampling_refills_the_batch(base):
     trainer = make_trainer(base, "dapo", max_steps=1, mask_truncated_completions=False,
                            overlong_buffer_len=0, max_resample_rounds=5, prompts_per_step=8)

@@ -49,7 +49,9 @@ activations                  ``b T a_L`` per layer x L; with shared prompts (no 
                              layer input)
 logits                       ``2 b (C+1) V s`` (logits and their gradient) +            train
                              ``2 c V 4`` (two float32 chunks of :mod:`labkit.logprobs`)
-KV cache (sampling)          ``G p T L h_kv hd 2 s`` (keys and values)                  sampling
+KV cache (sampling)          ``G p T L h_kv hd 2 s`` (keys and values); with a CUDA     sampling;
+                             graph T rounded up to 64 and the cache kept allocated      all with
+                             between rounds (:mod:`labkit.decode`)                      a graph
 sampling logits              ``5 G p V 4`` (float32 logits, scaled, log-softmax,         sampling
                              its exp and the entropy product, one decoding step)
 reference model              ``N s`` when beta > 0 without LoRA; 0 when beta = 0 or     all phases
@@ -110,23 +112,25 @@ peak over both, since AdamW's moments exist only from the second). On the lab's 
 thread, 2 prompts x G = 2 completions of at most 16 tokens, prompts of 30 tokens; measured = the
 peak RSS minus the RSS before the model was built, after a warm-up step of the tiny Qwen had
 loaded the runtime (about 0.5 GiB of baseline the planner leaves out). On one NVIDIA H100 (bf16,
-``torch.cuda.max_memory_allocated``), prompts of 42 tokens:
+``torch.cuda.max_memory_allocated``, the sampler's CUDA graph on; ``docs/measurements/gpu_h100.txt``),
+prompts of 42 tokens:
 
 ==========================================  ==========  ==========  =======  ==============
 model and run                               planned     measured    error    largest phase
 ==========================================  ==========  ==========  =======  ==============
 tiny Qwen, CPU, 2 x 2 x 16                  0.018 GiB   0.021 GiB   -15%     train
 Qwen2.5-0.5B shape, CPU, 2 x 2 x 16         10.22 GiB   10.44 GiB   -2.1%    optimizer step
-Qwen2.5-0.5B shape, H100, 16 x 8 x 64       20.60 GiB   20.06 GiB   +2.7%    train
-same, gradient checkpointing                9.85 GiB    8.33 GiB    +18%     train
-Qwen3-0.6B shape, H100, 16 x 8 x 128        48.90 GiB   50.07 GiB   -2.3%    train
+Qwen2.5-0.5B shape, H100, 16 x 8 x 64       20.79 GiB   20.39 GiB   +2.0%    train
+same, gradient checkpointing                10.03 GiB   8.65 GiB    +16%     train
+Qwen3-0.6B shape, H100, 16 x 8 x 128        51.53 GiB   52.86 GiB   -2.5%    train
 ==========================================  ==========  ==========  =======  ==============
 
 At the 0.5B shape in float32 with a tiny batch the optimizer step is the peak: weights, gradients
 and both moments (7.36 GiB) plus the rollback copy (1.84 GiB) and AdamW's per-tensor temporaries
 (two copies of the 0.54 GiB embedding). With a real batch on a GPU the training forward's
 activations and logits are the peak, and the shared-prompt forward matters: counting plain
-``[prompt | completion]`` rows instead planned 26.5 GiB for the 20.06 measured (+32%). With
+``[prompt | completion]`` rows instead planned 26.5 GiB for the 20.06 measured before the
+sampler's CUDA graph (+32%). With
 gradient checkpointing the plan adds the logits and their gradient to a whole layer's
 activations, which are not live at the same time, so it overestimates. At the tiny size the C
 allocator's page reuse moves the RSS by megabytes, hence ``tests/test_memory.py``'s factor of 2.
@@ -352,7 +356,7 @@ def memory_plan(model_config_or_name, train_config=None, *, prompt_length: int |
             _step_temporaries_row(shape, t, adamw, device, cfg.rollback_nonfinite_weights),
             activations,
             _logits_row(shape, t, run),
-            *_sampling_rows(shape, t, run),
+            *_sampling_rows(shape, t, run, _keeps_graph_cache(cfg, t, device)),
             *_model_copy_rows(shape, t, cfg, adamw, activations["bytes"])]
     return _with_total(rows)
 
@@ -524,15 +528,35 @@ def _logits_row(shape: _Shape, t: _Trainable, run: _RunSizes) -> dict:
                 f"{s} + two float32 chunks 2 x {chunk_rows} rows x V x 4")
 
 
-def _sampling_rows(shape: _Shape, t: _Trainable, run: _RunSizes) -> list[dict]:
-    """The KV cache of all G p rows sampled at once, and one decoding step's float32 logits."""
+def _keeps_graph_cache(cfg, t: _Trainable, device: str) -> bool:
+    """Whether the run samples with a captured CUDA graph (:func:`labkit.decode.plan_decoding`:
+    CUDA, the fixed loop, ``cuda_graphs``, no LoRA adapters), whose static KV cache stays
+    allocated between calls, through the training forward and the optimizer step."""
+    return (device == "cuda" and cfg.decode_path != "dynamic" and cfg.cuda_graphs
+            and not t.lora_r)
+
+
+def _sampling_rows(shape: _Shape, t: _Trainable, run: _RunSizes, graph: bool) -> list[dict]:
+    """The KV cache of all G p rows sampled at once, and one decoding step's float32 logits.
+
+    With a CUDA graph (``graph``) the cache is the captured step's static one: its length is
+    rounded up to a multiple of :data:`labkit.decode.GRAPH_LENGTH_BUCKET` and it is live in
+    every phase (a graph replays at fixed addresses, so the cache is kept for the next round).
+    Measured on one H100 (Qwen3-0.6B shape, 16 x 8 x 128 tokens, ``docs/measurements``): without
+    this the plan fell 7.5% short of the measured peak."""
+    from labkit.decode import GRAPH_LENGTH_BUCKET
+
     in_flight = run.G * run.p
     s = t.s
+    length = -(-run.T // GRAPH_LENGTH_BUCKET) * GRAPH_LENGTH_BUCKET if graph else run.T
+    formula = (f"G x p x T x L x h_kv x hd x 2 x s = {run.G} x {run.p} x {length} x {shape.L} x "
+               f"{shape.h_kv} x {shape.hd} x 2 x {s}")
+    if graph:
+        formula += (f" (T = {run.T} rounded up to a multiple of {GRAPH_LENGTH_BUCKET}: a CUDA "
+                    f"graph's static cache, kept between rounds)")
     return [
-        _row("KV cache (sampling)", in_flight * run.T * shape.L * shape.h_kv * shape.hd * 2 * s,
-             "sampling",
-             f"G x p x T x L x h_kv x hd x 2 x s = {run.G} x {run.p} x {run.T} x {shape.L} x "
-             f"{shape.h_kv} x {shape.hd} x 2 x {s}"),
+        _row("KV cache (sampling)", in_flight * length * shape.L * shape.h_kv * shape.hd * 2 * s,
+             _ALL_PHASES if graph else "sampling", formula),
         _row("sampling logits", 5 * in_flight * shape.V * 4, "sampling",
              f"5 float32 (G p, V) buffers of one decoding step = 5 x {in_flight} x {shape.V:,} x 4"),
     ]

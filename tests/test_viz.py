@@ -868,3 +868,22 @@ def test_fork_logits_reads_the_tiny_qwen_at_three_places_of_its_own_worked_answe
     for row, char in zip((1, 2), written):
         token = fork["decode"](int(probs[row].argmax()))
         assert token.isdigit() and char.isdigit()
+
+
+def test_per_seed_reads_each_seeds_first_and_last_evaluation():
+    rows = []
+    for seed, (start, end) in enumerate([(0.25, 0.5), (0.3, 0.35)]):
+        rows += [{"seed": seed, "step": 0, "reward": None, "eval_accuracy": start,
+                  "eval_pass@k": 0.7, "eval_length": 16.0},
+                 {"seed": seed, "step": 1, "reward": 1.0, "eval_accuracy": None,
+                  "eval_pass@k": None, "eval_length": None},
+                 {"seed": seed, "step": 2, "reward": 1.0, "eval_accuracy": end,
+                  "eval_pass@k": 0.6 + seed / 10, "eval_length": 20.0 + seed}]
+    table = viz.per_seed(pd.DataFrame(rows))
+    assert list(table.index) == [0, 1]
+    assert table.loc[0, "pass@1 after"] == 0.5 and table.loc[1, "pass@1 before"] == 0.3
+    assert table.loc[1, "pass@k after"] == pytest.approx(0.7)
+    assert table.loc[1, "length after"] == 21.0
+    one = viz.per_seed(pd.DataFrame(rows[:3]).drop(columns="seed"),
+                       {"steps": lambda d: d["reward"].count()})
+    assert one.shape == (1, 1) and one.iloc[0, 0] == 2  # seed 0's two training rows

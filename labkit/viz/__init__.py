@@ -24,6 +24,7 @@ function                       what it draws
 ``plot_runs``, ``load_run``    training curves from logged runs, with the regenerating command
 ``runs_summary``               a table of logged runs: start, end and best eval accuracy, length...
 ``summary_values``             the same table's numbers (mean, spread over seeds), for recording
+``per_seed``                   one row per seed of a log (default: eval before and after, EVAL_CHANGE)
 ``LivePlot``                   a trainer callback that redraws ``plot_runs`` in place while training
 ``plot_token_temperature``     a model's next-token distribution and entropy at several temperatures
 ``temperature_tokens``         the same numbers: top tokens, probabilities, entropy at T
@@ -92,13 +93,22 @@ from labkit.viz.rewards_data import (
     plot_pass_at_k,
     plot_sampling_weights,
 )
-from labkit.viz.runs import LivePlot, load_run, plot_runs, runs_summary, summary_values
+from labkit.viz.runs import (
+    EVAL_CHANGE,
+    LivePlot,
+    load_run,
+    per_seed,
+    plot_runs,
+    runs_summary,
+    summary_values,
+)
 from labkit.viz.scaling import plot_memory_plan
 from labkit.viz.style import FIGURE_DPI, LENGTH_LABEL, RATIO_LABEL, enable_notebook_display
 
 __all__ = [
     "AUTHOR_COLORS",
     "BEHAVIOUR_RATIO_LABEL",
+    "EVAL_CHANGE",
     "FIGURE_DPI",
     "LENGTH_LABEL",
     "RATIO_LABEL",
@@ -113,6 +123,7 @@ __all__ = [
     "load_run",
     "majority_vote_groups",
     "multitask_weight_paths",
+    "per_seed",
     "plot_admission",
     "plot_aggregation_weights",
     "plot_clip_region",

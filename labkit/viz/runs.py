@@ -109,6 +109,38 @@ def runs_summary(runs: Mapping[str, pd.DataFrame],
     return table
 
 
+def _first_eval(column: str) -> Callable[[pd.DataFrame], float]:
+    return lambda d: float(d[column].dropna().iloc[0])
+
+
+def _last_eval(column: str) -> Callable[[pd.DataFrame], float]:
+    return lambda d: float(d[column].dropna().iloc[-1])
+
+
+#: What a live run's table says per seed: eval pass@1, pass@k and length at the first and the last
+#: evaluation (a live run evaluates before training and at its end).
+EVAL_CHANGE = {"pass@1 before": _first_eval("eval_accuracy"),
+               "pass@1 after": _last_eval("eval_accuracy"),
+               "pass@k before": _first_eval("eval_pass@k"),
+               "pass@k after": _last_eval("eval_pass@k"),
+               "length before": _first_eval("eval_length"),
+               "length after": _last_eval("eval_length")}
+
+
+def per_seed(run: pd.DataFrame,
+             values: Mapping[str, Callable[[pd.DataFrame], float]] = EVAL_CHANGE) -> pd.DataFrame:
+    """One row per seed of a log (its ``seed`` column; one row for a log without one), one column
+    per value, each a function of that seed's rows, training and evaluation rows together
+    (default :data:`EVAL_CHANGE`). The per-seed table under a live run is printed from a
+    reference log of the same run with more seeds (``data/runs/*/live_seeds.json``), so every
+    seed's figure has a source, not only the live seed's."""
+    parts = run.groupby("seed") if "seed" in run else [(0, run)]
+    table = pd.DataFrame({seed: {name: fn(part) for name, fn in values.items()}
+                          for seed, part in parts}).T
+    table.index.name = "seed"
+    return table
+
+
 def _summary_of_one_seed(df: pd.DataFrame, extra: Mapping[str, Callable],
                          late_from: int | None = None) -> dict:
     steps, evals = df.dropna(subset=["reward"]), df.dropna(subset=["eval_accuracy"])

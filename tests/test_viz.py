@@ -881,9 +881,9 @@ def test_per_seed_reads_each_seeds_first_and_last_evaluation():
                   "eval_pass@k": 0.6 + seed / 10, "eval_length": 20.0 + seed}]
     table = viz.per_seed(pd.DataFrame(rows))
     assert list(table.index) == [0, 1]
-    assert table.loc[0, "pass@1 after"] == 0.5 and table.loc[1, "pass@1 before"] == 0.3
-    assert table.loc[1, "pass@k after"] == pytest.approx(0.7)
-    assert table.loc[1, "length after"] == 21.0
+    assert table.loc[0, "pass1_after"] == 0.5 and table.loc[1, "pass1_before"] == 0.3
+    assert table.loc[1, "passk_after"] == pytest.approx(0.7)
+    assert table.loc[1, "length_after"] == 21.0
     one = viz.per_seed(pd.DataFrame(rows[:3]).drop(columns="seed"),
                        {"steps": lambda d: d["reward"].count()})
     assert one.shape == (1, 1) and one.iloc[0, 0] == 2  # seed 0's two training rows

@@ -118,13 +118,14 @@ def _last_eval(column: str) -> Callable[[pd.DataFrame], float]:
 
 
 #: What a live run's table says per seed: eval pass@1, pass@k and length at the first and the last
-#: evaluation (a live run evaluates before training and at its end).
-EVAL_CHANGE = {"pass@1 before": _first_eval("eval_accuracy"),
-               "pass@1 after": _last_eval("eval_accuracy"),
-               "pass@k before": _first_eval("eval_pass@k"),
-               "pass@k after": _last_eval("eval_pass@k"),
-               "length before": _first_eval("eval_length"),
-               "length after": _last_eval("eval_length")}
+#: evaluation (a live run evaluates before training and at its end). The names are identifiers, so a
+#: notebook can record them under the same names (:mod:`labkit.quotes`).
+EVAL_CHANGE = {"pass1_before": _first_eval("eval_accuracy"),
+               "pass1_after": _last_eval("eval_accuracy"),
+               "passk_before": _first_eval("eval_pass@k"),
+               "passk_after": _last_eval("eval_pass@k"),
+               "length_before": _first_eval("eval_length"),
+               "length_after": _last_eval("eval_length")}
 
 
 def per_seed(run: pd.DataFrame,

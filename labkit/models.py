@@ -314,8 +314,9 @@ def load_policy(
 
 def attention_kernels(device):
     """The attention kernels labkit runs on ``device``, a context manager around the sampler's
-    forwards and the trainer's scoring and training forwards (their backward follows the
-    forward's kernel).
+    forwards, the trainer's scoring and training forwards, and the trainer's backward (with
+    gradient checkpointing the backward recomputes the forward, which must pick the same kernels:
+    torch refuses a recomputation whose saved tensors differ).
 
     * **CUDA**: flash, then memory-efficient, then math SDPA; cuDNN's attention is left out on
       purpose. PyTorch prefers cuDNN's on Hopper, and cuDNN builds an execution plan for every new

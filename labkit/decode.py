@@ -88,6 +88,15 @@ CHECK_EVERY = 8
 #: Static-cache lengths under a CUDA graph are rounded up to a multiple of this, so rounds whose
 #: prompts differ by a few tokens replay the same captured step instead of capturing another.
 GRAPH_LENGTH_BUCKET = 64
+
+
+def graph_cache_length(length: int) -> int:
+    """The static KV cache length a captured decode step allocates for ``length`` tokens (prompt
+    plus completion): rounded up to a multiple of :data:`GRAPH_LENGTH_BUCKET`. The memory planner
+    counts the same length (:mod:`labkit.scale.memory`)."""
+    return -(-length // GRAPH_LENGTH_BUCKET) * GRAPH_LENGTH_BUCKET
+
+
 #: Captured steps kept per model, the least recently used dropped first (a run's training and
 #: evaluation batches, an episode's first turn...). Each keeps its static KV cache allocated
 #: between calls (a graph replays at fixed addresses), so on a GPU the cache that
@@ -414,7 +423,7 @@ def decode_fixed(model, prefill_cache, logits, prompt_mask, next_positions, *, r
     length = width + max_completion_length
     cuda_graph = cuda_graph and model not in _CAPTURE_FAILED
     if cuda_graph:
-        length = -(-length // GRAPH_LENGTH_BUCKET) * GRAPH_LENGTH_BUCKET
+        length = graph_cache_length(length)
     workspace = _workspace(model, rows, length, logits.size(-1), cuda_graph)
     if workspace.kept and workspace.graph is None:
         workspace.load(prefill_cache, repeats, prompt_mask, next_positions)
@@ -470,4 +479,5 @@ def decode_fixed(model, prefill_cache, logits, prompt_mask, next_positions, *, r
 
 __all__ = ["CHECK_EVERY", "DECODE_PATHS", "DecodePlan", "DecodeSettings", "capture_failure",
            "current_settings", "decode_fixed", "decode_settings", "draws_live_rows_only",
-           "plan_decoding", "sample_next", "static_cache_problem"]
+           "graph_cache_length", "plan_decoding", "sample_next",
+           "static_cache_problem"]

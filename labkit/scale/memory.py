@@ -544,11 +544,11 @@ def _sampling_rows(shape: _Shape, t: _Trainable, run: _RunSizes, graph: bool) ->
     every phase (a graph replays at fixed addresses, so the cache is kept for the next round).
     Measured on one H100 (Qwen3-0.6B shape, 16 x 8 x 128 tokens, ``docs/measurements``): without
     this the plan fell 7.5% short of the measured peak."""
-    from labkit.decode import GRAPH_LENGTH_BUCKET
+    from labkit.decode import GRAPH_LENGTH_BUCKET, graph_cache_length
 
     in_flight = run.G * run.p
     s = t.s
-    length = -(-run.T // GRAPH_LENGTH_BUCKET) * GRAPH_LENGTH_BUCKET if graph else run.T
+    length = graph_cache_length(run.T) if graph else run.T
     formula = (f"G x p x T x L x h_kv x hd x 2 x s = {run.G} x {run.p} x {length} x {shape.L} x "
                f"{shape.h_kv} x {shape.hd} x 2 x {s}")
     if graph:

@@ -18,6 +18,7 @@ COMMANDS = {
     "check": "labkit.commands.check",
     "reference_runs": "labkit.commands.reference_runs",
     "section_times": "labkit.commands.section_times",
+    "bands": "labkit.commands.bands",
     "build_tiny": "labkit.commands.build_tiny",
     "build_judge": "labkit.commands.build_judge",
     "build_tools": "labkit.commands.build_tools",

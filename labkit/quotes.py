@@ -16,10 +16,15 @@ What a call does depends on ``LABKIT_RESULTS`` in the kernel's environment:
 
 * unset (a learner running the notebook by hand): nothing; no file is read or written;
 * ``check`` (the notebook tests, ``notebooks/conftest.py``): the value is compared with the
-  committed ``notebooks/results/NN_name.json``; a value that moved by more than the call's
-  ``tolerance`` (default 0: a seeded run is bit for bit in one environment, see the README's
-  "Reproducibility") raises :class:`StaleResult`, naming the key, both values, the tolerance and
-  every quote that the new value would make false;
+  committed ``notebooks/results/NN_name.json``. On the platform that recorded it (the same CPU,
+  kernel path and versions, :mod:`labkit.runtime.platform_record`) a value that moved by more
+  than the call's ``tolerance`` (default 0: a seeded run repeats bit for bit there) raises
+  :class:`StaleResult`, naming the key, both values, the tolerance and every quote that the new
+  value would make false. On any other platform the value must lie in its portable band,
+  measured by ``python -m labkit bands`` (:mod:`labkit.runtime.bands`); a value outside it, or
+  one with no band measured for the committed value, raises the same way. Each check writes a
+  line into the folder ``LABKIT_RESULTS_LOG`` names, if set, for the tests' summary
+  (:func:`check_summary`);
 * ``write`` (``python -m labkit section_times --save-executed DIR``, the command that refreshes
   the committed outputs): the values go to ``$LABKIT_RESULTS_DIR/NN_name.json``, a file this
   module writes whole (the notebook's record calls of this kernel, the environment that computed
@@ -38,9 +43,13 @@ CPU records of ``docs/teaching/section_times.json``, ``times:01`` the whole note
 ``/cpu`` at the end the kernel's CPU seconds instead; items joined by ``+`` add up
 (``times:02/1/cpu+02/2/cpu``: a workshop block of two sections).
 The tolerance of a quote is the digits it shows: it must equal the recorded value rounded to
-them (43.1% holds for 0.4305 to 0.4315). :func:`render_times` rewrites every timing quote from the
-report (``section_times`` calls it), so timings are generated text; a result quote is only
-checked, because a new value may need new words around it.
+them (43.1% holds for 0.4305 to 0.4315). A ``low`` or ``high`` word after the key quotes an edge
+of the value's portable band, rounded outwards (``56.6%<!--=02:live.pass1_after %--> here,
+45<!--=02:live.pass1_after low %--> to 68%<!--=02:live.pass1_after high %--> on other machines and
+seeds``); a quote of a run's outcome needs both edges in its sentence (:func:`unbanded_quotes`).
+:func:`render_times` rewrites every timing quote from the report (``section_times`` calls it)
+and :func:`render_bands` every band edge from the bands, so both are generated text; a result
+quote is only checked, because a new value may need new words around it.
 
 **Retyped numbers.** :func:`untagged_numbers` lists, in every sentence (a table row counts as one)
 that holds a tagged quote, the numbers that are not tagged and not one of the settings a sentence
@@ -51,16 +60,16 @@ steps, prompts, samples, seeds or parameters. ``tests/test_quotes.py`` runs ever
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
 import os
-import platform
 import re
 import tempfile
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
+
+from labkit.runtime.bands import band_entry, load_bands
+from labkit.runtime.platform_record import describe, platform_differences, platform_record
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS_DIR = ROOT / "notebooks"
@@ -71,6 +80,10 @@ PAGES = (ROOT / "README.md", *sorted((ROOT / "docs" / "teaching").glob("*.md")))
 MODE_VARIABLE = "LABKIT_RESULTS"
 DIR_VARIABLE = "LABKIT_RESULTS_DIR"
 MODES = ("", "check", "write")
+#: A folder where each check writes a line (what was checked, exactly or within a band).
+LOG_VARIABLE = "LABKIT_RESULTS_LOG"
+#: The bands of the values, beside the results (:mod:`labkit.runtime.bands`).
+BANDS_FOLDER = "bands"
 WRITER = "labkit.quotes"
 #: How a tag's last word scales the recorded value into the quoted unit.
 SCALES = {"%": 100.0, "min": 1 / 60}
@@ -83,17 +96,7 @@ class StaleResult(AssertionError):
 # --- recording --------------------------------------------------------------------------------
 
 def _environment() -> dict:
-    import torch  # the library whose kernels decide a run's last bits
-
-    versions = {}
-    for package in ("torch", "transformers", "numpy"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = None
-    return {**versions, "python": platform.python_version(), "torch_threads":
-            torch.get_num_threads(), "machine": platform.machine(),
-            "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    return platform_record()
 
 
 def _number(key: str, value) -> float:
@@ -110,14 +113,17 @@ def results_path(notebook: str, folder: Path = RESULTS_DIR) -> Path:
     return Path(folder) / f"{notebook}.json"
 
 
-def load_results(notebook: str, folder: Path = RESULTS_DIR) -> dict:
-    """The recorded values of ``notebook`` (its stem, ``01_ppo``) as {key: entry}; a file that
-    this module did not write is refused."""
-    path = results_path(notebook, folder)
+def _results_file(path: Path) -> dict:
     data = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict) or data.get("written_by") != WRITER:
         raise ValueError(f"{path} was not written by {WRITER} (no \"written_by\": {WRITER!r})")
-    return data["values"]
+    return data
+
+
+def load_results(notebook: str, folder: Path = RESULTS_DIR) -> dict:
+    """The recorded values of ``notebook`` (its stem, ``01_ppo``) as {key: entry}; a file that
+    this module did not write is refused."""
+    return _results_file(results_path(notebook, folder))["values"]
 
 
 class recorder:
@@ -131,7 +137,7 @@ class recorder:
         if mode not in MODES:
             raise ValueError(f"{MODE_VARIABLE}={mode!r}: allowed values are unset, 'check' "
                              f"(compare with the committed results) or 'write'")
-        self.notebook, self.mode, self.values = notebook, mode, {}
+        self.notebook, self.mode, self.values, self.platform = notebook, mode, {}, None
         self.folder = Path(os.environ.get(DIR_VARIABLE) or RESULTS_DIR)
         if mode == "write":
             if not os.environ.get(DIR_VARIABLE):
@@ -157,7 +163,8 @@ class recorder:
 
     def _check(self, key: str, number: float, tolerance: float) -> None:
         path = results_path(self.notebook, self.folder)
-        recorded = load_results(self.notebook, self.folder) if path.exists() else {}
+        data = _results_file(path) if path.exists() else {}
+        recorded = data.get("values", {})
         if key not in recorded:
             raise StaleResult(f"{self.notebook}: {key} = {number!r} has no recorded value in "
                               f"{path}; refresh it with python -m labkit section_times "
@@ -165,18 +172,56 @@ class recorder:
         old = recorded[key]["value"]
         # a value transcribed from a printed output is known only to its printed digits
         tolerance = max(tolerance, recorded[key].get("tolerance", 0.0))
-        if abs(number - old) <= tolerance:
+        if self.platform is None:
+            self.platform = platform_record()
+        differences = platform_differences(data.get("environment"), self.platform)
+        if not differences:  # the lab's own platform: a seeded value repeats bit for bit
+            self._log(key, "exact", differences)
+            if abs(number - old) <= tolerance:
+                return
+            self._fail(key, number, old, path, f"more than its tolerance {tolerance!r}",
+                       f"Re-execute with python -m labkit section_times {self.notebook[:2]} "
+                       f"--save-executed notebooks, then reread and fix each quote "
+                       f"(pytest tests/test_quotes.py lists them).")
+        where = (f"this platform ({describe(self.platform)}) is not the one that recorded "
+                 f"it ({'; '.join(differences)})")
+        try:
+            band = band_entry(load_bands(self.notebook, self.folder / BANDS_FOLDER), key, old)
+        except ValueError as err:
+            band = str(err)
+        if isinstance(band, str):
+            self._log(key, "no band", differences)
+            raise StaleResult(
+                f"{self.notebook}: {key} = {number!r}, the lab recorded {old!r}, and {where}; "
+                f"{band}, so it cannot be checked here. Measure the bands where the notebook "
+                f"was recorded: python -m labkit bands measure {self.notebook[:2]}")
+        self._log(key, "band", differences)
+        if abs(number - old) <= tolerance or band.contains(number):
             return
+        self._fail(key, number, old, path, f"outside its {band.describe()}, and {where}",
+                   "A value outside its band is a different result, not a different machine: "
+                   "find what changed (python -m labkit bands explains the bands).")
+
+    def _fail(self, key: str, number: float, old: float, path: Path, why: str, then: str):
         stale = [q for q in find_quotes() if q.source == self.notebook[:2] and q.key == key
                  and not q.holds(number)]
         where = "".join(f"\n  {q.where}: {q.text!r} (new value {q.expected(number)})"
                         for q in stale)
         raise StaleResult(
             f"{self.notebook}: {key} changed from {old!r} (committed in {path}) to {number!r}, "
-            f"more than its tolerance {tolerance!r}. Quotes this makes false: "
-            f"{where or ' none'}\nRe-execute with python -m labkit section_times "
-            f"{self.notebook[:2]} --save-executed notebooks, then reread and fix each quote "
-            f"(pytest tests/test_quotes.py lists them).")
+            f"{why}. Quotes this makes false: {where or ' none'}\n{then}")
+
+    def _log(self, key: str, check: str, differences: list[str]) -> None:
+        """One line per checked value in ``$LABKIT_RESULTS_LOG`` (the notebook tests' summary,
+        :func:`check_summary`); nothing when the variable is unset."""
+        folder = os.environ.get(LOG_VARIABLE)
+        if not folder:
+            return
+        line = {"notebook": self.notebook, "key": key, "check": check,
+                "platform": describe(self.platform), "differences": differences}
+        with open(Path(folder) / f"{self.notebook}.{os.getpid()}.jsonl", "a",
+                  encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
 
     def _write(self) -> None:
         data = {"written_by": WRITER, "notebook": self.notebook,
@@ -193,13 +238,41 @@ class recorder:
             raise
 
 
+def check_summary(folder: Path) -> str:
+    """What the checks that wrote into ``folder`` (:data:`LOG_VARIABLE`) did: how many values
+    were checked exactly, how many within a band, and on what platform; ``""`` if none ran."""
+    lines = []
+    for path in sorted(Path(folder).glob("*.jsonl")):
+        for text in path.read_text(encoding="utf-8").splitlines():
+            try:
+                lines.append(json.loads(text))
+            except ValueError:
+                continue  # a line cut short by a kernel that died while writing it
+    if not lines:
+        return ""
+    counts: dict[tuple, int] = {}
+    for line in lines:
+        key = (line.get("check"), line.get("platform"), tuple(
+            d.split(":", 1)[0] for d in line.get("differences") or ()))
+        counts[key] = counts.get(key, 0) + 1
+    notebooks = len({line.get("notebook") for line in lines})
+    out = [f"{len(lines)} recorded values checked in {notebooks} notebooks (labkit.quotes):"]
+    for (check, where, fields), count in sorted(counts.items(), key=lambda kv: -kv[1]):
+        how = {"exact": "exactly, on the platform that recorded them",
+               "band": "within their portable bands",
+               "no band": "with no band to check them against (failed)"}.get(check, check)
+        differs = f"; it differs in {', '.join(fields)}" if fields else ""
+        out.append(f"  {count} {how} ({where}{differs})")
+    return "\n".join(out)
+
+
 # --- quotes in the prose ----------------------------------------------------------------------
 
 _NUMBER = r"[+\-−]?\d+(?:,\d{3})*(?:\.\d+)?"
 #: A number, an optional unit (% or one word), then the tag.
 _TAG = re.compile(rf"(?P<number>{_NUMBER})(?P<unit>%|\s?[A-Za-z]+)?\s?"
                   r"<!--=(?P<source>times:(?:\d\d(?:/(?:\d+|setup))?(?:/cpu)?\+?)+|\d\d):?"
-                  r"(?P<key>[A-Za-z0-9_.@-]*)"
+                  r"(?P<key>[A-Za-z0-9_.@-]*)(?:\s+(?P<edge>low|high))?"
                   r"(?:\s+(?P<scale>%|min))?\s*-->")
 _ANY_TAG = re.compile(r"<!--=.*?-->", re.DOTALL)
 
@@ -215,13 +288,22 @@ class Quote:
     source: str
     key: str
     scale: float
+    edge: str = ""
+    """``low`` or ``high`` for an edge of the key's portable band, ``""`` for the value itself"""
 
     def expected(self, value: float) -> str:
-        """``value`` as this quote would print it."""
-        return f"{value * self.scale:.{self.decimals}f}"
+        """``value`` as this quote would print it; a band's edges round outwards."""
+        scaled, unit = value * self.scale, 10.0 ** -self.decimals
+        if self.edge:
+            rounding = math.floor if self.edge == "low" else math.ceil
+            scaled = rounding(round(scaled / unit, 6)) * unit
+        return f"{scaled:.{self.decimals}f}" if scaled != 0 else f"{0:.{self.decimals}f}"
 
     def holds(self, value: float) -> bool:
-        """The quote equals ``value``, scaled, to the digits it shows."""
+        """The quote equals ``value``, scaled, to the digits it shows (a band's edge: rounded
+        outwards)."""
+        if self.edge:
+            return abs(self.number - float(self.expected(value))) < 0.5 * 10.0 ** -self.decimals
         half = 0.5 * 10.0 ** -self.decimals
         return abs(self.number - value * self.scale) <= half * (1 + 1e-9) + 1e-12
 
@@ -237,7 +319,7 @@ def quotes_in(text: str, where: str) -> list[Quote]:
         number, decimals = _parse(match["number"])
         source = match["source"]
         found.append(Quote(where, match[0], number, decimals, source, match["key"],
-                           SCALES.get(match["scale"] or "", 1.0)))
+                           SCALES.get(match["scale"] or "", 1.0), match["edge"] or ""))
     return found
 
 
@@ -294,8 +376,10 @@ def _time_of(item: str, times: dict):
     return f"notebook {notebook} has no section '{section}.' in {TIMES_JSON.name}"
 
 
-def source_value(quote: Quote, results: dict | None = None, times: dict | None = None):
-    """The recorded value a quote cites, or a string saying why there is none."""
+def source_value(quote: Quote, results: dict | None = None, times: dict | None = None,
+                 bands: dict | None = None):
+    """The recorded value a quote cites (an edge of its portable band for a ``low``/``high``
+    tag), or a string saying why there is none."""
     if quote.source.startswith("times:"):
         times = times if times is not None else _times()
         total = 0.0
@@ -311,7 +395,39 @@ def source_value(quote: Quote, results: dict | None = None, times: dict | None =
         return f"no results file notebooks/results/{quote.source}_*.json"
     if quote.key not in values:
         return f"notebooks/results/{quote.source}_*.json has no key {quote.key!r}"
-    return values[quote.key]["value"]
+    if not quote.edge:
+        return values[quote.key]["value"]
+    data = (bands if bands is not None else all_bands()).get(quote.source, {})
+    band = band_entry(data, quote.key, values[quote.key]["value"])
+    if isinstance(band, str):
+        return f"{band} (python -m labkit bands measure {quote.source})"
+    return band.low if quote.edge == "low" else band.high
+
+
+def all_bands(folder: Path = RESULTS_DIR / BANDS_FOLDER) -> dict[str, dict]:
+    """Every notebook's bands file (:mod:`labkit.runtime.bands`), by its two-digit number."""
+    return {path.stem[:2]: load_bands(path.stem, folder)
+            for path in sorted(Path(folder).glob("[0-9][0-9]_*.json"))}
+
+
+def unbanded_quotes(docs=None) -> list[str]:
+    """Quotes of a run's outcome (a ``run`` band) without both edges of that band in the same
+    sentence: the prose must say how far the number travels."""
+    every, problems = all_bands(), []
+    for where, text in documents() if docs is None else docs:
+        for sentence in _sentences(text):
+            found = quotes_in(sentence, where)
+            edges = {(q.source, q.key, q.edge) for q in found if q.edge}
+            for q in found:
+                entry = (every.get(q.source, {}).get("bands") or {}).get(q.key) or {}
+                if (q.edge or q.source.startswith("times:") or entry.get("kind") != "run"
+                        or {(q.source, q.key, "low"), (q.source, q.key, "high")} <= edges):
+                    continue
+                problems.append(f"{where}: {q.text!r} quotes a run's outcome without its band "
+                                f"(add e.g. 'X<!--={q.source}:{q.key} low--> to "
+                                f"Y<!--={q.source}:{q.key} high--> on other machines and "
+                                f"seeds')")
+    return problems
 
 
 def all_results(folder: Path = RESULTS_DIR) -> dict[str, dict]:
@@ -323,10 +439,10 @@ def all_results(folder: Path = RESULTS_DIR) -> dict[str, dict]:
 def stale_quotes(docs=None) -> list[str]:
     """Each quote whose recorded value it no longer matches, or whose source is missing:
     'where: quote: new value'."""
-    results, times = all_results(), _times()
+    results, times, bands = all_results(), _times(), all_bands()
     problems = []
     for quote in find_quotes(docs):
-        value = source_value(quote, results, times)
+        value = source_value(quote, results, times, bands)
         if isinstance(value, str):
             problems.append(f"{quote.where}: {quote.text!r}: {value}")
         elif not quote.holds(value):
@@ -399,20 +515,18 @@ def untagged_timings(docs=None) -> list[str]:
     return problems
 
 
-def render_times(docs_paths=None) -> list[str]:
-    """Rewrite every timing quote (``times:`` tags) of the notebooks' markdown and the pages from
-    the CPU records of the timing report, each at the digits it shows; returns the files changed.
-    Only the quoted number changes, nothing around it."""
+def _render(generated, value_of) -> list[Path]:
+    """Rewrite the number of every quote for which ``generated(quote)`` holds, in the notebooks'
+    markdown and the pages, from ``value_of(quote)`` at the digits it shows; returns the files
+    changed. Only the quoted number changes, nothing around it."""
     import nbformat
-
-    times = _times()
 
     def rewrite(text: str) -> str:
         def one(match):
             quote = quotes_in(match[0], "")[0]
-            if not quote.source.startswith("times:"):
+            if not generated(quote):
                 return match[0]
-            value = source_value(quote, times=times)
+            value = value_of(quote)
             if isinstance(value, str) or quote.holds(value):
                 return match[0]
             return quote.expected(value) + match[0][len(match["number"]):]
@@ -423,7 +537,7 @@ def render_times(docs_paths=None) -> list[str]:
         nb = nbformat.read(path, as_version=4)
         edited = False
         for cell in nb.cells:
-            if cell.cell_type == "markdown" and "<!--=times:" in cell.source:
+            if cell.cell_type == "markdown" and "<!--=" in cell.source:
                 new = rewrite(cell.source)
                 edited |= new != cell.source
                 cell.source = new
@@ -437,3 +551,17 @@ def render_times(docs_paths=None) -> list[str]:
             page.write_text(new, encoding="utf-8")
             changed.append(page)
     return changed
+
+
+def render_times() -> list[Path]:
+    """Rewrite every timing quote (``times:`` tags) from the CPU records of the timing report."""
+    times = _times()
+    return _render(lambda q: q.source.startswith("times:"),
+                   lambda q: source_value(q, times=times))
+
+
+def render_bands() -> list[Path]:
+    """Rewrite every band edge (``low``/``high`` tags) from the portable bands
+    (``python -m labkit bands`` calls it after building them)."""
+    results, every = all_results(), all_bands()
+    return _render(lambda q: bool(q.edge), lambda q: source_value(q, results, bands=every))

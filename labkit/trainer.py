@@ -55,6 +55,7 @@ Where this departs from the papers and from TRL's ``GRPOTrainer`` (and why):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
@@ -116,6 +117,7 @@ from labkit.models import ValueModel, attention_kernels
 from labkit.offpolicy import correct_batch, make_producer
 from labkit.rewards import accuracy_reward
 from labkit.rewards.environment import check_environment_rewards
+from labkit.runtime.seeds import seed_offset, shifted_seed
 from labkit.scale.lora import wrap_with_lora
 from labkit.tricks.filters import AdaptiveGFPO, dynamic_sampling_mask, gfpo_advantages, gfpo_filter
 from labkit.tricks.prompt_sampling import make_sampler
@@ -160,6 +162,8 @@ class Trainer:
         self.config = cfg = config if config is not None else TrainConfig()
         if not isinstance(cfg, TrainConfig):
             raise TypeError(f"config must be a TrainConfig, got {type(cfg).__name__}")
+        if seed_offset():  # the same notebook under another seed (python -m labkit bands)
+            cfg = self.config = dataclasses.replace(cfg, seed=shifted_seed(cfg.seed))
         random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
         self.model, self.tokenizer = prepare_policy(cfg, model, tokenizer)

@@ -6,6 +6,7 @@ import pytest
 
 from labkit import quotes
 from labkit.commands.section_times import save_results
+from labkit.runtime.platform_record import platform_record
 
 #: Files whose timings are all generated (tagged ``times:``): every notebook and notes page but
 #: 09's, which quote four one-off measurements (the test machine's 0.5B step, the H100's step
@@ -85,7 +86,7 @@ def test_render_rewrites_only_the_timing_quotes(tmp_path, monkeypatch):
 
 def _results(folder, monkeypatch, values, mode=None):
     (folder / "01_ppo.json").write_text(json.dumps(
-        {"written_by": quotes.WRITER, "notebook": "01_ppo",
+        {"written_by": quotes.WRITER, "notebook": "01_ppo", "environment": platform_record(),
          "values": {k: {"value": v, "tolerance": 0.0} for k, v in values.items()}}))
     monkeypatch.setattr(quotes, "RESULTS_DIR", folder)
     if mode is not None:

@@ -174,12 +174,15 @@ class _CellClock:
 
 def execute_timed(path: Path, cell_timeout: float = DEFAULT_CELL_TIMEOUT,
                   kernel_name: str | None = None, device: str = "cpu",
-                  results_dir: Path | None = None,
+                  results_dir: Path | None = None, env: dict[str, str] | None = None,
+                  allow_errors: bool = False,
                   ) -> tuple[nbformat.NotebookNode, list[CellTime], str | None]:
     """Execute the notebook at ``path`` in memory, in its own folder, timing every code cell;
     the kernel's environment is :func:`kernel_env` of ``device``. With ``results_dir`` the
     notebook's ``record`` calls write its results file there (:mod:`labkit.quotes`); without,
-    they do nothing.
+    they do nothing. ``env`` adds variables to the kernel's (``python -m labkit bands`` sets
+    its kernel paths there). With ``allow_errors`` a cell that raises does not stop the
+    notebook; the error returned then names every cell that raised.
 
     Returns the executed notebook (outputs filled in, the file untouched), the cell times, and
     the error that stopped it (``None`` if every cell ran). A cell past ``cell_timeout`` seconds
@@ -188,6 +191,7 @@ def execute_timed(path: Path, cell_timeout: float = DEFAULT_CELL_TIMEOUT,
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=cell_timeout, startup_timeout=120,
                             resources={"metadata": {"path": str(path.parent)}})
+    client.allow_errors = allow_errors
     if kernel_name:
         client.kernel_name = kernel_name  # otherwise the notebook's own kernelspec
     # the kernel's sockets on the loopback interface only, whatever a Jupyter config file says
@@ -199,7 +203,7 @@ def execute_timed(path: Path, cell_timeout: float = DEFAULT_CELL_TIMEOUT,
     try:
         recording = ({quotes.MODE_VARIABLE: "write", quotes.DIR_VARIABLE: str(results_dir)}
                      if results_dir is not None else {quotes.MODE_VARIABLE: ""})
-        client.execute(env={**os.environ, **kernel_env(device), **recording})
+        client.execute(env={**os.environ, **kernel_env(device), **recording, **(env or {})})
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as err:  # keep what ran
         # a cell that raised has been timed already (last in the list); one that timed out or
         # killed the kernel is still running
@@ -212,6 +216,11 @@ def execute_timed(path: Path, cell_timeout: float = DEFAULT_CELL_TIMEOUT,
             detail = (str(err).strip().splitlines() or [""])[0]
         where = f" in cell {failed_at}" if failed_at is not None else ""
         error = f"{type(err).__name__}{where}: {detail}"
+    raised = [f"cell {i}: {out.get('ename')}: {out.get('evalue')}"
+              for i, cell in enumerate(nb.cells) for out in cell.get("outputs", [])
+              if out.get("output_type") == "error"]
+    if allow_errors and raised:
+        error = "; ".join(filter(None, [error, *raised]))
     return nb, clock.times, error
 
 

@@ -55,6 +55,7 @@ import pandas as pd
 from labkit.engine.data import as_dataset, check_unique_ids
 from labkit.evaluate import evaluate, sample_answers
 from labkit.finetune.sft import fit, length_bucketed_batches, sft_optimizer
+from labkit.runtime.seeds import shifted_seed
 
 __all__ = ["dedup_correct", "rejection_sample", "rft", "solution_key"]
 
@@ -141,6 +142,7 @@ def rft(model, tokenizer, dataset, rounds: int, k: int, *, eval_dataset=None, ev
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     if not lr > 0:
         raise ValueError(f"lr must be > 0, got {lr}")
+    seed = shifted_seed(seed)  # the same notebook under another seed (python -m labkit bands)
     dataset = as_dataset(dataset, "dataset")  # refused before the first evaluation, not after
     check_unique_ids(dataset, "dataset")
     if eval_dataset is not None:

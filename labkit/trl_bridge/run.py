@@ -7,6 +7,7 @@ lab's defaults (tiny model, task split, rewards) where none are given, trains, a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import math
@@ -22,6 +23,7 @@ import torch
 
 from labkit.config import TrainConfig
 from labkit.config.fields import int_at_least
+from labkit.runtime.seeds import seed_offset, shifted_seed
 from labkit.trl_bridge.lab_to_trl import to_trl
 from labkit.trl_bridge.tables import TRL_METRICS
 
@@ -160,6 +162,8 @@ def train_with_trl(config: TrainConfig, *, model=None, tokenizer=None, train_dat
     from labkit.tasks import load_split
 
     num_processes = num_processes_from_env() if num_processes is None else num_processes
+    if seed_offset():  # the same notebook under another seed (python -m labkit bands)
+        config = dataclasses.replace(config, seed=shifted_seed(config.seed))
     temporary = None
     if output_dir is None and config.output_dir is None:
         temporary = tempfile.TemporaryDirectory(prefix="labkit-trl-")

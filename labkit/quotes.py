@@ -85,6 +85,10 @@ LOG_VARIABLE = "LABKIT_RESULTS_LOG"
 #: The bands of the values, beside the results (:mod:`labkit.runtime.bands`).
 BANDS_FOLDER = "bands"
 WRITER = "labkit.quotes"
+#: Words a minute at which :func:`reading_minutes` reads a notebook: technical prose with math
+#: reads slower than the 238 words a minute of non-fiction (Brysbaert 2019, J. Memory and
+#: Language 109, 104047).
+READING_WPM = 200
 #: How a tag's last word scales the recorded value into the quoted unit.
 SCALES = {"%": 100.0, "min": 1 / 60}
 
@@ -271,7 +275,8 @@ def check_summary(folder: Path) -> str:
 _NUMBER = r"[+\-−]?\d+(?:,\d{3})*(?:\.\d+)?"
 #: A number, an optional unit (% or one word), then the tag.
 _TAG = re.compile(rf"(?P<number>{_NUMBER})(?P<unit>%|\s?[A-Za-z]+)?\s?"
-                  r"<!--=(?P<source>times:(?:\d\d(?:/(?:\d+|setup))?(?:/cpu)?\+?)+|\d\d):?"
+                  r"<!--=(?P<source>times:(?:\d\d(?:/(?:\d+|setup))?(?:/cpu)?\+?)+|reading:\d\d|"
+                  r"\d\d):?"
                   r"(?P<key>[A-Za-z0-9_.@-]*)(?:\s+(?P<edge>low|high))?"
                   r"(?:\s+(?P<scale>%|min))?\s*-->")
 _ANY_TAG = re.compile(r"<!--=.*?-->", re.DOTALL)
@@ -380,6 +385,8 @@ def source_value(quote: Quote, results: dict | None = None, times: dict | None =
                  bands: dict | None = None):
     """The recorded value a quote cites (an edge of its portable band for a ``low``/``high``
     tag), or a string saying why there is none."""
+    if quote.source.startswith("reading:"):
+        return reading_minutes(quote.source[len("reading:"):])
     if quote.source.startswith("times:"):
         times = times if times is not None else _times()
         total = 0.0
@@ -402,6 +409,20 @@ def source_value(quote: Quote, results: dict | None = None, times: dict | None =
     if isinstance(band, str):
         return f"{band} (python -m labkit bands measure {quote.source})"
     return band.low if quote.edge == "low" else band.high
+
+
+def reading_minutes(notebook: str):
+    """Minutes to read notebook ``notebook``'s markdown (its two-digit number) at
+    :data:`READING_WPM` words a minute, code, math and links left out; or why there is none."""
+    import nbformat
+
+    paths = sorted(NOTEBOOKS_DIR.glob(f"{notebook}_*.ipynb"))
+    if not paths:
+        return f"no notebook {notebook} in {NOTEBOOKS_DIR.name}/"
+    nb = nbformat.read(paths[0], as_version=4)
+    words = sum(len(re.findall(r"[A-Za-z0-9][\w'’-]*", _HIDDEN.sub(" ", cell.source)))
+                for cell in nb.cells if cell.cell_type == "markdown")
+    return words / READING_WPM
 
 
 def all_bands(folder: Path = RESULTS_DIR / BANDS_FOLDER) -> dict[str, dict]:
@@ -554,9 +575,10 @@ def _render(generated, value_of) -> list[Path]:
 
 
 def render_times() -> list[Path]:
-    """Rewrite every timing quote (``times:`` tags) from the CPU records of the timing report."""
+    """Rewrite every timing quote from the CPU records of the timing report (``times:`` tags)
+    and every reading time from the notebooks' markdown (``reading:`` tags)."""
     times = _times()
-    return _render(lambda q: q.source.startswith("times:"),
+    return _render(lambda q: q.source.startswith(("times:", "reading:")),
                    lambda q: source_value(q, times=times))
 
 

@@ -187,6 +187,9 @@ class recorder:
                        f"Re-execute with python -m labkit section_times {self.notebook[:2]} "
                        f"--save-executed notebooks, then reread and fix each quote "
                        f"(pytest tests/test_quotes.py lists them).")
+        if abs(number - old) <= tolerance:  # another platform, and still the same digits
+            self._log(key, "repeated", differences)
+            return
         where = (f"this platform ({describe(self.platform)}) is not the one that recorded "
                  f"it ({'; '.join(differences)})")
         try:
@@ -200,7 +203,7 @@ class recorder:
                 f"{band}, so it cannot be checked here. Measure the bands where the notebook "
                 f"was recorded: python -m labkit bands measure {self.notebook[:2]}")
         self._log(key, "band", differences)
-        if abs(number - old) <= tolerance or band.contains(number):
+        if band.contains(number):
             return
         self._fail(key, number, old, path, f"outside its {band.describe()}, and {where}",
                    "A value outside its band is a different result, not a different machine: "
@@ -263,6 +266,7 @@ def check_summary(folder: Path) -> str:
     out = [f"{len(lines)} recorded values checked in {notebooks} notebooks (labkit.quotes):"]
     for (check, where, fields), count in sorted(counts.items(), key=lambda kv: -kv[1]):
         how = {"exact": "exactly, on the platform that recorded them",
+               "repeated": "exactly, on another platform (their digits repeated)",
                "band": "within their portable bands",
                "no band": "with no band to check them against (failed)"}.get(check, check)
         differs = f"; it differs in {', '.join(fields)}" if fields else ""

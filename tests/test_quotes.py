@@ -6,7 +6,8 @@ import pytest
 
 from labkit import quotes
 from labkit.commands.section_times import save_results
-from labkit.runtime.platform_record import platform_record
+from labkit.runtime import bands
+from labkit.runtime.platform_record import IDENTITY, platform_record
 
 #: Files whose timings are all generated (tagged ``times:``): every notebook and notes page but
 #: 09's, which quote four one-off measurements (the test machine's 0.5B step, the H100's step
@@ -184,3 +185,45 @@ def test_a_timing_tag_adds_up_the_sections_it_names():
     assert quotes.source_value(mixed, times=times) == 22.0 + 4.0 + 5.0
     missing = quotes.quotes_in("1 s<!--=times:02/1+02/9-->", "page")[0]
     assert "no section '9.'" in quotes.source_value(missing, times=times)
+
+
+# --- how far each recorded value travels (labkit.runtime.bands) ---------------------------------
+
+def test_every_result_record_names_its_platform():
+    for path in sorted(quotes.RESULTS_DIR.glob("[0-9][0-9]_*.json")):
+        environment = json.loads(path.read_text(encoding="utf-8"))["environment"]
+        missing = [field for field in IDENTITY if field not in environment]
+        assert not missing, f"{path.name} does not record {missing}"
+        assert environment["cpu_model"], f"{path.name} names no CPU"
+
+
+def test_every_recorded_value_has_a_band_measured_for_it():
+    every = quotes.all_bands()
+    problems = []
+    for notebook, values in quotes.all_results().items():
+        for key, entry in values.items():
+            band = bands.band_entry(every.get(notebook, {}), key, entry["value"])
+            if isinstance(band, str):
+                problems.append(f"{notebook}: {band}")
+            elif not band.contains(entry["value"]):
+                problems.append(f"{notebook}: {key}'s band does not hold its own value")
+    assert not problems, (f"{len(problems)} values without a current band (python -m labkit "
+                          f"bands measure NN): {problems[:20]}")
+
+
+def test_the_committed_bands_are_what_their_measurements_give(tmp_path):
+    import shutil
+
+    from labkit.commands import bands as command
+
+    copy = tmp_path / "bands"
+    shutil.copytree(quotes.RESULTS_DIR / quotes.BANDS_FOLDER, copy)
+    command.build(quotes.RESULTS_DIR, copy)
+    for path in sorted(copy.glob("*.json")):
+        committed = quotes.RESULTS_DIR / quotes.BANDS_FOLDER / path.name
+        assert json.loads(path.read_text()) == json.loads(committed.read_text()), (
+            f"{path.name} is not what python -m labkit bands build makes of its measurements")
+
+
+def test_every_quoted_run_outcome_carries_its_band():
+    assert quotes.unbanded_quotes() == []

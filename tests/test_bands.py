@@ -284,3 +284,13 @@ def test_the_trainer_trains_under_the_shifted_seed(monkeypatch, random_tiny):
     trainer = Trainer(preset("grpo", seed=3, max_steps=1, device="cpu"), model=model,
                       tokenizer=tokenizer, train_dataset=rows)
     assert trainer.config.seed == 1003
+
+
+@pytest.mark.parametrize("samples, edges", [([0.2, 0.9, 0.5], (0.0, 1.0)),
+                                            ([3.0, 0.5, 12.0], (0.0, math.inf)),
+                                            ([-11.2, -6.8], (-math.inf, 0.0)),
+                                            ([-0.1, 0.3], (-math.inf, math.inf))])
+def test_a_runs_band_stays_in_the_range_its_outcomes_live_in(samples, edges):
+    assert bands.domain(samples) == edges
+    band = bands.band_of(0.017, {}, [0.019, 0.289, 0.233, 0.309, 0.309], floor=1e-6)
+    assert (band.low, band.high) == (0.0, 1.0)   # a share: the interval's -0.75 and 1.09 cut

@@ -12,13 +12,13 @@ and the live runs' seeds derives each value's portable band (:mod:`labkit.runtim
 
 The paths (:data:`PATHS`): two kernel paths, chosen because each changes the last bits of the
 lab's float32 products on an x86 CPU with MKL as another CPU does (measured: a matrix product,
-a softmax and a log-softmax each change bits under each), and four seed paths:
+a softmax and a log-softmax each change bits under each), and eight seed paths:
 
 * ``default``: ``ATEN_CPU_CAPABILITY=default``, torch's kernels without vector instructions;
 * ``compatible``: ``ATEN_CPU_CAPABILITY=avx2`` and ``MKL_CBWR=COMPATIBLE``, torch's AVX2
   kernels and MKL's vendor-neutral code path (``avx2`` alone changes nothing in notebooks 02
   and 03 on the lab's AMD EPYC, whose MKL already takes its AVX2 path);
-* ``seed1000`` ... ``seed4000``: ``LABKIT_SEED_OFFSET`` 1000 to 4000, every training run under
+* ``seed1000`` ... ``seed8000``: ``LABKIT_SEED_OFFSET`` 1000 to 8000, every training run under
   another seed (:mod:`labkit.runtime.seeds`; far from the live-seed logs' seeds 1-4).
 
 ``--path holdout`` (``default`` and ``COMPATIBLE`` together, a kernel path again different)
@@ -53,7 +53,7 @@ BANDS_DIR = quotes.RESULTS_DIR / quotes.BANDS_FOLDER
 PATHS = {
     "default": {"ATEN_CPU_CAPABILITY": "default"},
     "compatible": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"},
-    **{f"seed{offset}": {SEED_OFFSET_VARIABLE: str(offset)} for offset in (1000, 2000, 3000, 4000)},
+    **{f"seed{offset}": {SEED_OFFSET_VARIABLE: str(offset)} for offset in range(1000, 9000, 1000)},
 }
 #: A path whose values are never stored: the check that the bands hold on a path they do not
 #: rest on.

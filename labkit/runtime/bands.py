@@ -26,8 +26,9 @@ Each value then falls in one of three kinds (:func:`kind_of`):
     an outcome of training or sampling: another seed, or a kernel path that took another
     trajectory, moved it by more than :data:`DIVERGED`. Its band is a 99.9% prediction interval
     for one more outcome (:func:`prediction_half_width`) around the mean of every outcome
-    measured (the lab's value, each diverged kernel path's, each seed's), and always holds
-    all of them. A value outside it is a different result, not a different machine.
+    measured (the lab's value, each diverged kernel path's, each seed's), cut to the range
+    such an outcome lives in (:func:`domain`), and always holds all of them. A value outside
+    it is a different result, not a different machine.
 
 The floor is measured too: :func:`float_floor` is :data:`SAFETY` times the largest relative move
 of any ``float`` value of any notebook.
@@ -127,6 +128,22 @@ def prediction_half_width(samples: list[float]) -> float:
     return T_9995[min(n - 2, len(T_9995) - 1)] * deviation * math.sqrt(1 + 1 / n)
 
 
+def domain(samples: list[float]) -> tuple[float, float]:
+    """The range a run's outcome is read to live in, from its measured outcomes: [0, 1] when
+    every one lies there (a share: pass@1, a clip fraction), [0, inf) when every one is >= 0 (a
+    length, a count, an entropy), (-inf, 0] when every one is <= 0 (a log-probability), else the
+    whole line. A prediction interval from a handful of runs can reach past these edges; the
+    outcome cannot (a gain whose every measured value was positive is read as a gain: a run
+    elsewhere that loses accuracy fails its band, as it would fail the notebook's assertion)."""
+    if all(0 <= x <= 1 for x in samples):
+        return 0.0, 1.0
+    if all(x >= 0 for x in samples):
+        return 0.0, math.inf
+    if all(x <= 0 for x in samples):
+        return -math.inf, 0.0
+    return -math.inf, math.inf
+
+
 def band_of(value: float, kernels: dict[str, float], seeds: list[float],
             floor: float) -> Band:
     """The band of ``value`` from its kernel paths' values and its other seeds'."""
@@ -134,7 +151,9 @@ def band_of(value: float, kernels: dict[str, float], seeds: list[float],
     if kind == "run":
         samples = run_samples(value, kernels, seeds)
         mean, half = sum(samples) / len(samples), prediction_half_width(samples)
-        return Band(kind, value, min(*samples, mean - half), max(*samples, mean + half))
+        low, high = min(*samples, mean - half), max(*samples, mean + half)
+        floor_, ceiling = domain(samples)
+        return Band(kind, value, max(low, floor_), min(high, ceiling))
     moved = max((abs(other - value) for other in (*kernels.values(), *seeds)), default=0.0)
     half = max(floor * abs(value), SAFETY * moved)
     return Band(kind, value, value - half, value + half)

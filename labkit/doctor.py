@@ -5,8 +5,8 @@
 ``TrainConfig`` when you have it, returns one :class:`Finding` per failure it sees: the metric,
 the first step it showed, what it means, the likely cause, the fix and the notebook that explains
 it. :class:`RunDoctor` is the same check as a trainer callback that prints each finding once,
-while the run trains. :func:`troubleshooting_table` is the README's table, built from the same
-rules, so the two never disagree.
+while the run trains. :func:`troubleshooting_table` is the table of docs/troubleshooting.md,
+built from the same rules, so the two never disagree.
 
 The checks compare means over a window of steps (``window``, default 5) rather than single
 steps: one batch of 16 prompts is noisy (a group of 8 flips from all-wrong to mixed by chance).
@@ -285,7 +285,7 @@ CHECKS: tuple[Check, ...] = (
           "NaN or inf in the loss or gradient",
           "a learning rate far too high, float16 overflow, or a reward returning inf/NaN",
           "lower learning_rate; train in bfloat16 or float32; check the reward functions",
-          "README, Troubleshooting",
+          "docs/troubleshooting.md",
           _nonfinite_test),
     Check("reward_without_skill", "reward, accuracy",
           "reward rises, accuracy does not",
@@ -442,7 +442,8 @@ class RunDoctor:
 
 
 def troubleshooting_table() -> pd.DataFrame:
-    """Symptom -> metric -> cause -> fix -> notebook, one row per check (the README's table)."""
+    """Symptom -> metric -> cause -> fix -> notebook, one row per check (the table of
+    docs/troubleshooting.md)."""
     return pd.DataFrame([{"symptom": c.symptom, "metric": c.metric, "cause": c.cause,
                           "fix": c.fix, "notebook": c.notebook, "check": c.name}
                          for c in CHECKS])

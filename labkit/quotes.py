@@ -76,7 +76,8 @@ NOTEBOOKS_DIR = ROOT / "notebooks"
 RESULTS_DIR = NOTEBOOKS_DIR / "results"
 TIMES_JSON = ROOT / "docs" / "teaching" / "section_times.json"
 #: The pages outside the notebooks whose quotes are checked.
-PAGES = (ROOT / "README.md", *sorted((ROOT / "docs" / "teaching").glob("*.md")))
+PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+         *sorted((ROOT / "docs" / "teaching").glob("*.md")))
 MODE_VARIABLE = "LABKIT_RESULTS"
 DIR_VARIABLE = "LABKIT_RESULTS_DIR"
 MODES = ("", "check", "write")

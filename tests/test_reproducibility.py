@@ -1,5 +1,5 @@
 """A seeded run with mini-batches gives the same numbers, bit for bit, each time it is executed in
-one environment (the README's "Reproducibility" says what changes them: another release of torch
+one environment (docs/reproducibility.md says what changes them: another release of torch
 or transformers, another machine's kernels).
 
 Each execution is a fresh interpreter with its own hash seed, as a re-executed notebook is, so a

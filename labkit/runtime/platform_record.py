@@ -15,7 +15,7 @@ measured band anywhere else).
 
 The thread count is recorded but is not part of the identity: the notebooks' tiny products stay
 below torch's parallel grain, and the lab's 2-thread notebook tests reproduce the 1-thread
-records bit for bit (measured on the reference machine; the README's "Reproducibility").
+records bit for bit (measured on the reference machine; docs/reproducibility.md).
 """
 
 from __future__ import annotations

@@ -418,20 +418,22 @@ def source_value(quote: Quote, results: dict | None = None, times: dict | None =
 
 def reading_minutes(notebook: str):
     """Minutes to read notebook ``notebook``'s markdown (its two-digit number) at
-    :data:`READING_WPM` words a minute, code, math and links left out; or why there is none."""
+    :data:`READING_WPM` words a minute, code, math, links and tags left out; or why there is
+    none."""
     import nbformat
 
     paths = sorted(NOTEBOOKS_DIR.glob(f"{notebook}_*.ipynb"))
     if not paths:
         return f"no notebook {notebook} in {NOTEBOOKS_DIR.name}/"
     nb = nbformat.read(paths[0], as_version=4)
-    words = sum(len(re.findall(r"[A-Za-z0-9][\w'’-]*", _HIDDEN.sub(" ", cell.source)))
+    words = sum(len(re.findall(r"[A-Za-z0-9][\w'’-]*", _ANY_TAG.sub(" ", _HIDDEN.sub(" ", cell.source))))
                 for cell in nb.cells if cell.cell_type == "markdown")
     return words / READING_WPM
 
 
-def all_bands(folder: Path = RESULTS_DIR / BANDS_FOLDER) -> dict[str, dict]:
+def all_bands(folder: Path | None = None) -> dict[str, dict]:
     """Every notebook's bands file (:mod:`labkit.runtime.bands`), by its two-digit number."""
+    folder = RESULTS_DIR / BANDS_FOLDER if folder is None else folder
     return {path.stem[:2]: load_bands(path.stem, folder)
             for path in sorted(Path(folder).glob("[0-9][0-9]_*.json"))}
 
@@ -456,8 +458,9 @@ def unbanded_quotes(docs=None) -> list[str]:
     return problems
 
 
-def all_results(folder: Path = RESULTS_DIR) -> dict[str, dict]:
+def all_results(folder: Path | None = None) -> dict[str, dict]:
     """Every notebook's recorded values, by its two-digit number."""
+    folder = RESULTS_DIR if folder is None else folder
     return {path.stem[:2]: load_results(path.stem, folder)
             for path in sorted(Path(folder).glob("[0-9][0-9]_*.json"))}
 

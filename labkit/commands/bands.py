@@ -68,10 +68,12 @@ def _empty(notebook: str) -> dict:
 def store_measurement(notebook: str, path_name: str, measured: dict, committed: dict,
                       folder: Path = BANDS_DIR) -> dict:
     """Put one path's values of ``notebook`` into its bands file, each under the committed value
-    it was measured against; returns the file's data."""
+    it was measured against; returns the file's data. A path outside :data:`PATHS` (values the
+    same notebook code recorded on another machine) keeps the variables its platform names."""
     data = bands.load_bands(notebook, folder) or _empty(notebook)
-    data["paths"][path_name] = {"variables": PATHS[path_name],
-                                "platform": measured.get("environment")}
+    platform = measured.get("environment")
+    variables = PATHS.get(path_name, (platform or {}).get("variables") or {})
+    data["paths"][path_name] = {"variables": variables, "platform": platform}
     for key, entry in committed.items():
         value = entry["value"]
         stored = data["bands"].get(key)

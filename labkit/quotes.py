@@ -25,7 +25,7 @@ What a call does depends on ``LABKIT_RESULTS`` in the kernel's environment:
   one with no band measured for the committed value, raises the same way. Each check writes a
   line into the folder ``LABKIT_RESULTS_LOG`` names, if set, for the tests' summary
   (:func:`check_summary`);
-* ``write`` (``python -m labkit section_times --save-executed DIR``, the command that refreshes
+* ``write`` (``python -m labkit section_times --lab --save-executed DIR``, the command that refreshes
   the committed outputs): the values go to ``$LABKIT_RESULTS_DIR/NN_name.json``, a file this
   module writes whole (the notebook's record calls of this kernel, the environment that computed
   them); a file there that it did not write is refused.

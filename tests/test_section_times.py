@@ -145,6 +145,30 @@ def test_main_writes_json_and_markdown(tmp_path):
     assert markdown_report(report) == text
 
 
+def test_a_teachers_run_writes_its_own_report_and_leaves_the_repository_alone(tmp_path,
+                                                                             monkeypatch):
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    nbformat.write(new_notebook(cells=[new_code_cell("a = 1")]), folder / "99_quick.ipynb")
+    pages = {p: p.read_text() for p in (*section_times.SUMMARY_PAGES, section_times.DEFAULT_JSON,
+                                        section_times.DEFAULT_MARKDOWN)}
+    monkeypatch.chdir(tmp_path)
+    assert main(["99", "--notebooks-dir", str(folder), "--cell-timeout", "60"]) == 0
+    assert json.loads((tmp_path / "section_times.json").read_text())["notebooks"][0][
+        "notebook"] == "99_quick.ipynb"
+    assert (tmp_path / "section_times.md").exists()
+    assert all(path.read_text() == text for path, text in pages.items())
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--lab", "--out-json", "x.json"], "--lab writes the lab's own report"),
+    (["--save-executed", str(section_times.NOTEBOOKS_DIR)], "add --lab")])
+def test_the_labs_report_and_committed_outputs_need_lab(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert message in capsys.readouterr().err
+
+
 def test_save_executed_writes_the_clean_notebooks_with_their_outputs(tmp_path):
     folder, saved = tmp_path / "notebooks", tmp_path / "executed"
     folder.mkdir()

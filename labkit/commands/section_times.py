@@ -7,6 +7,11 @@ one CPU thread, times every code cell, and adds the times up per section::
     python -m labkit section_times                   # every notebook in notebooks/
     python -m labkit section_times 00 02_grpo        # the ones named (number, stem or path)
     python -m labkit section_times 00 --device cuda  # on the GPU (default: --device cpu)
+    python -m labkit section_times --lab --save-executed notebooks   # maintainers (below)
+
+A teacher's run writes its own report, ``section_times.json`` and ``.md`` in the current folder
+(or ``--out-json``), and touches nothing in the repository. ``--lab`` is the maintainers' run: it
+merges into the lab's report, ``docs/teaching/section_times.json``, whose times the pages quote.
 
 A section starts at a markdown heading of level two (``## ...``, outside fenced code); the cells
 before the first one form the ``setup`` section. Each cell's wall time runs from sending it to the
@@ -23,18 +28,18 @@ notebook's own kernelspec) is checked against the installed kernels before anyth
 
 The notebooks are read, never written: outputs stay in memory, unless ``--save-executed DIR``
 asks for a copy of each notebook that ran cleanly (``--save-executed notebooks`` refreshes the
-committed outputs), with the values its ``record`` calls wrote in ``DIR/results/``, the source of
-every number the prose quotes (:mod:`labkit.quotes`; the timing quotes are rewritten from the
-report with the summary tables). The results go to a JSON file and a markdown table
-(``docs/teaching/section_times.json`` and ``.md`` by default), one record per notebook and
+committed outputs, and needs ``--lab``), with the values its ``record`` calls wrote in
+``DIR/results/``, the source of every number the prose quotes (:mod:`labkit.quotes`; the timing
+quotes are rewritten from the lab's report with the summary tables). The results go to a JSON
+file and a markdown table, one record per notebook and
 device, each with the machine it ran on (CPU model and cores, the GPU's name for ``cuda``) and the
 command. A run merges into the report that is there: the records of the notebooks and the device
 it timed are replaced, every other record is kept, so timing one notebook leaves the other
 notebooks' times as they were. The report is rewritten after each notebook, so an interrupted or
 failing run keeps what it measured. The lab rewrites only its own report: an output file that is
-not one is refused before anything runs. docs/reproducibility.md and the instructor guide show a summary
-(minutes per notebook and device, the machines named) between two marker lines that the command
-rewrites with the default report; ``--render`` rewrites the markdown and those tables from the
+not one is refused before anything runs. docs/reproducibility.md and the instructor guide show a
+summary (minutes per notebook and device, the machines named) between two marker lines that
+``--lab`` rewrites; ``--render`` rewrites the markdown and those tables from the
 JSON without running anything. The report of the previous format (one machine for the
 whole run, CPU times only) is read as CPU records. A notebook that fails is recorded with its
 error and the times of the cells that ran; the command then exits with status 1. The kernels
@@ -645,9 +650,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notebooks-dir", type=Path, default=NOTEBOOKS_DIR)
     parser.add_argument("--device", choices=DEVICES, default="cpu",
                         help="where the notebooks compute: cpu (the kernel sees no GPU) or cuda")
-    parser.add_argument("--out-json", type=Path, default=DEFAULT_JSON,
-                        help="the report to merge into (created if missing)")
-    parser.add_argument("--out-md", type=Path, default=DEFAULT_MARKDOWN)
+    parser.add_argument("--lab", action="store_true",
+                        help="maintainers: merge into the lab's own report "
+                             "(docs/teaching/section_times.json) and rewrite the pages' tables "
+                             "and timing quotes from it")
+    parser.add_argument("--out-json", type=Path, default=None,
+                        help="the report to merge into (created if missing; default: "
+                             "section_times.json in the current folder, or the lab's with --lab)")
+    parser.add_argument("--out-md", type=Path, default=None)
     parser.add_argument("--cell-timeout", type=_positive_seconds, default=DEFAULT_CELL_TIMEOUT,
                         help="seconds one cell may run before the notebook is stopped")
     parser.add_argument("--kernel", default=None,
@@ -660,7 +670,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="run nothing: rewrite the markdown report and the notebook-times "
                              "tables of docs/reproducibility.md and the instructor guide from the JSON")
     args = parser.parse_args(argv)
-    summaries = args.out_json.resolve() == DEFAULT_JSON  # the pages show the default report only
+    args.lab = args.lab or args.render  # --render rewrites the pages from the lab's report
+    if args.out_json is None:
+        args.out_json = DEFAULT_JSON if args.lab else Path("section_times.json")
+    if args.out_md is None:
+        args.out_md = DEFAULT_MARKDOWN if args.lab else args.out_json.with_suffix(".md")
+    if args.lab and (args.out_json.resolve(), args.out_md.resolve()) != (DEFAULT_JSON,
+                                                                        DEFAULT_MARKDOWN):
+        parser.error("--lab writes the lab's own report; leave out --out-json and --out-md")
+    if (args.save_executed is not None and not args.lab
+            and args.save_executed.resolve() == NOTEBOOKS_DIR.resolve()):
+        parser.error("--save-executed notebooks refreshes the committed outputs, whose timings "
+                     "the lab's report quotes: add --lab")
+    summaries = args.lab  # the pages show the lab's report only
     if args.render:
         try:
             records = load_report(args.out_json)

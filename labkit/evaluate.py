@@ -38,10 +38,14 @@ from labkit.rewards.rule_based import check_rewards
 from labkit.rollout import generate
 
 GROUP_COLUMNS = ("family", "difficulty")
+#: Prompts sampled per call by default (their k samples each): an eval set is sampled in batches
+#: of this many and a last, smaller one (:func:`labkit.scale.memory.memory_plan` counts both).
+PROMPTS_PER_BATCH = 64
 
 
 def sample_answers(model, tokenizer, dataset, *, k: int = 4, temperature: float = 1.0,
-                   max_completion_length: int = 128, prompts_per_batch: int = 64,
+                   max_completion_length: int = 128,
+                   prompts_per_batch: int = PROMPTS_PER_BATCH,
                    seed: int = 0, top_p: float = 1.0, greedy: bool = False,
                    environment_factory=None,
                    max_tool_calling_iterations: int | None = None) -> pd.DataFrame:
@@ -213,7 +217,8 @@ def pass_at_k_curve(samples: pd.DataFrame, ks=None, by=GROUP_COLUMNS) -> pd.Data
 
 
 def evaluate(model, tokenizer, dataset, *, k: int = 4, temperature: float = 1.0,
-             max_completion_length: int = 128, seed: int = 0, prompts_per_batch: int = 64,
+             max_completion_length: int = 128, seed: int = 0,
+             prompts_per_batch: int = PROMPTS_PER_BATCH,
              return_samples: bool = False, environment_factory=None,
              max_tool_calling_iterations: int | None = None):
     """Sample ``k`` answers per prompt of ``dataset`` and return the table described above

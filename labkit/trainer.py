@@ -80,11 +80,11 @@ from labkit.engine.forward import (
 )
 from labkit.engine.run_control import (
     InterruptGuard,
-    capture_rng,
+    check_nonfinite_streak,
     finite_where,
     guarded_optimizer_step,
     peak_memory_mb,
-    restore_rng,
+    step_rewind,
     terminate_as_interrupt,
 )
 from labkit.engine.sampling import (
@@ -118,7 +118,6 @@ from labkit.offpolicy import correct_batch, make_producer
 from labkit.rewards import accuracy_reward
 from labkit.rewards.environment import check_environment_rewards
 from labkit.runtime.seeds import seed_offset, shifted_seed
-from labkit.scale.lora import wrap_with_lora
 from labkit.tricks.filters import AdaptiveGFPO, dynamic_sampling_mask, gfpo_advantages, gfpo_filter
 from labkit.tricks.prompt_sampling import make_sampler
 from labkit.tricks.ptx import PTXData, ptx_nll
@@ -166,9 +165,7 @@ class Trainer:
             cfg = self.config = dataclasses.replace(cfg, seed=shifted_seed(cfg.seed))
         random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
-        self.model, self.tokenizer = prepare_policy(cfg, model, tokenizer)
-        if cfg.use_peft:  # fresh adapters (seeded above); only they train (labkit.scale.lora)
-            self.model = wrap_with_lora(self.model, cfg)
+        self.model, self.tokenizer = prepare_policy(cfg, model, tokenizer)  # LoRA's seeded above
         self.device = next(self.model.parameters()).device
         self.reward_funcs, self.reward_names = prepare_reward_funcs(cfg, reward_funcs)
         self.train_dataset, self.eval_dataset = prepare_datasets(
@@ -244,8 +241,9 @@ class Trainer:
 
         A Ctrl-C stops the run at the next safe point: the step in progress is either finished
         (its update had started) or forgotten (it had not); with ``output_dir`` a checkpoint of
-        the last completed step is saved, and a second Ctrl-C cannot tear it. SIGTERM (``kill``,
-        a scheduler's preemption) stops the run the same way.
+        the last completed step is saved, and a second Ctrl-C cannot tear it (nor cut short the
+        stop of the overlapped sampling thread). SIGTERM (``kill``, a scheduler's preemption)
+        stops the run the same way.
         """
         from tqdm.auto import tqdm
 
@@ -274,24 +272,23 @@ class Trainer:
             self._on_interrupt()
         finally:
             bar.close()
-            self.producer.close()
+            with self.guard.absorbing():  # a second Ctrl-C cannot cut the sampler's stop short
+                self.producer.close()
             self.model.eval()
         return TrainResult(self.model, self.tokenizer, self.history, self.eval_history,
                            interrupted, self)
 
     def _run_step(self) -> dict:
         """:meth:`training_step`, forgotten if it fails before its update: the random state and
-        the prompt position go back, so a retry samples the same prompts and completions."""
-        snapshot = (capture_rng(self.generator), self.sampler.state_dict(),
-                    self.producer.snapshot())
+        the prompt position go back (unless the producer's thread draws from them) and so does
+        the producer's batch, so a retry trains the same prompts and completions."""
+        rewind = step_rewind(self.generator, self.sampler, self.producer)
         self._update_started = False
         try:
             return self.training_step()
         except BaseException:
             if not self._update_started:
-                restore_rng(snapshot[0], self.generator)
-                self.sampler.load_state_dict(snapshot[1])
-                self.producer.restore(snapshot[2])
+                rewind()
             raise
 
     def _after_step(self, row: dict) -> None:
@@ -308,13 +305,7 @@ class Trainer:
                     row["ref_reset"] = 1
             if cfg.save_every and self.step % cfg.save_every == 0:
                 self.save_checkpoint()
-        if self.nonfinite_streak >= cfg.max_nonfinite_steps:
-            raise FloatingPointError(
-                f"the loss, the gradients or the updated weights were NaN/inf in "
-                f"{self.nonfinite_streak} consecutive steps (up to step {self.step}); those "
-                f"optimizer steps were skipped and the weights are still finite. Try a lower "
-                f"learning_rate, a max_grad_norm, dtype='float32', or check the reward functions "
-                f"and the data.")
+        check_nonfinite_streak(self.nonfinite_streak, cfg.max_nonfinite_steps, self.step)
         for callback in self.callbacks:
             callback(self, row)
         self.guard.raise_if_requested()
@@ -324,9 +315,8 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         where = ""
         if cfg.save_on_interrupt and cfg.output_dir:
-            with self.guard:  # a second Ctrl-C waits until the checkpoint is whole
+            with self.guard.absorbing():  # a second Ctrl-C waits until the checkpoint is whole
                 where = f"; checkpoint saved to {self.save_checkpoint()}"
-            self.guard.requested = False
         print(f"Training interrupted at step {self.step}: history and weights of step "
               f"{self.step} kept{where}.")
 
@@ -403,8 +393,10 @@ class Trainer:
         """The step's batch from sampled parts (``kept``: the groups it trains; ``produced``: the
         :class:`~labkit.engine.scoring.SampledRound` s its sampling columns describe) and its
         sampling metrics; :meth:`sample_and_score` and the admission clock's sampler
-        (:mod:`labkit.offpolicy.admission`) both end here."""
+        (:mod:`labkit.offpolicy.admission`) both end here, and the prompt sampler hears that one
+        more training step's batch is complete (the curriculum's schedule)."""
         cfg, num_generations = self.config, self.config.num_generations
+        self.sampler.end_batch()  # one training step's batch, whatever its sampling rounds
         batch = Experience.cat(kept).select(slice(0, cfg.prompts_per_step * num_generations))
         if cfg.mask_truncated_completions:
             batch.loss_mask = batch.loss_mask * ~batch.truncated[:, None]

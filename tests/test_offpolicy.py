@@ -49,6 +49,8 @@ def test_max_staleness_zero_is_todays_trainer_bit_for_bit(base, monkeypatch):
     from labkit.offpolicy import staleness
 
     class Direct:  # the trainer's step before labkit.offpolicy: sample, then train
+        samples_in_thread = False
+
         def next(self, trainer):
             batch, row = trainer.sample_and_score()
             return staleness.StampedBatch(batch, row, trainer.step, trainer.temperature)

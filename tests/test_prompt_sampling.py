@@ -38,7 +38,7 @@ def test_curriculum_allows_harder_prompts_over_time():
     seen_max = []
     for _ in range(10):
         seen_max.append(max(difficulties[i] for i in sampler.take(4)))
-        sampler.observe([], [])
+        sampler.end_batch()
     assert seen_max[0] <= 2 and seen_max[-1] == 4
     assert all(b >= a - 1 for a, b in itertools.pairwise(seen_max))
     assert sampler.allowed_difficulty() == 4

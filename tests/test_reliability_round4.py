@@ -323,9 +323,13 @@ def test_memory_plan_counts_the_overlapped_sampler_the_sampler_copy_and_every_ke
                                             sampling_dtype="bfloat16"), prompt_length=30,
                         device="cpu")
     assert (phase_totals(mixed) - phase_totals(fp32))["train"] == fp32.loc["weights", "bytes"] // 2
-    # a CUDA graph keeps a static cache per shape it replays: evaluation's batches and the
-    # refill rounds of dynamic sampling add theirs to the training batch's
+    # a CUDA graph keeps a static cache per shape it replays: evaluation's batches (the suite's
+    # 200 eval prompts: batches of 64 and a last one of 8) and the refill rounds of dynamic
+    # sampling (3, 2 or 1 prompts still needed) add theirs to the training batch's
+    per_row = 64 * 4 * 2 * 32 * 2 * 2  # T = 46 rounded up to 64, L, h_kv, hd, keys and values, s
     plain = phase_totals(memory_plan("tiny", TrainConfig(**run), prompt_length=30))
-    for more in ({"eval_every": 10, "eval_k": 4}, {"dynamic_sampling": True}):
-        assert phase_totals(memory_plan("tiny", TrainConfig(**run, **more),
-                                        prompt_length=30))["train"] > plain["train"], more
+    for more, rows in (({"eval_every": 10, "eval_k": 4}, (64 + 8) * 4),
+                       ({"dynamic_sampling": True}, (3 + 2 + 1) * 4)):
+        plan = memory_plan("tiny", TrainConfig(**run, **more), prompt_length=30)
+        assert plan.loc["KV caches (other graphs)", "bytes"] == rows * per_row, more
+        assert phase_totals(plan)["train"] == plain["train"] + rows * per_row, more

@@ -11,6 +11,7 @@ check with its bounds bound, so a range can be written beside its field.
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 from collections.abc import Callable
@@ -182,3 +183,17 @@ def int_at_least(text, minimum: int) -> int | None:
     except ValueError:
         return None
     return value if value >= minimum else None
+
+
+def count_option(option: str, minimum: int, meaning: str | None = None) -> Callable[[str], int]:
+    """An argparse ``type`` for a command's count ``option``: its value as an integer >=
+    ``minimum``; anything else is argparse's usage error (exit status 2), naming the option, the
+    value and what is allowed (``meaning``: what the count counts, said in the error)."""
+    def parse(text: str) -> int:
+        value = int_at_least(text, minimum)
+        if value is None:
+            about = f" ({meaning})" if meaning else ""
+            raise argparse.ArgumentTypeError(f"{option} must be an integer >= {minimum}{about}, "
+                                             f"got {text!r}")
+        return value
+    return parse

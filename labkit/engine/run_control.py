@@ -3,13 +3,17 @@
 * :class:`InterruptGuard`: Ctrl-C (the notebook's stop button) never leaves an update, a history
   row, an evaluation or a checkpoint half written. Inside a guarded block the signal is recorded,
   not raised; the trainer stops at the next safe point. A second Ctrl-C in the block is recorded
-  too (a checkpoint being written is never torn apart). SIGTERM (``kill``, a job scheduler's
-  preemption, a container stopping) is held the same way.
+  too (a checkpoint being written is never torn apart), and dropped where the run is stopping
+  anyway (:meth:`InterruptGuard.absorbing`: the interrupt's checkpoint, the sampling thread's
+  stop). SIGTERM (``kill``, a job scheduler's preemption, a container stopping) is held the same
+  way.
 * :func:`terminate_as_interrupt`: outside a guarded block, SIGTERM would end the process at once,
   with no checkpoint; within this block it raises KeyboardInterrupt, so a run stops as on Ctrl-C.
 * :func:`capture_rng` / :func:`restore_rng`: the random state a step draws from, so a step that
   failed before its update (an interrupt or an error while sampling or scoring) can be retried
-  with the same prompts and samples.
+  with the same prompts and samples; :func:`step_rewind` puts that state, the prompt position
+  and the producer's batch back.
+* :func:`check_nonfinite_streak`: stop a run whose steps keep skipping their update for a NaN/inf.
 * :func:`guarded_optimizer_step`: clip and step, unless a loss or gradient was NaN/inf; if the
   step itself makes a weight non-finite, the weights go back to what they were, so NaNs never
   silently poison a run.
@@ -24,6 +28,7 @@ import random
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from contextlib import contextmanager
 
 import torch
@@ -69,6 +74,17 @@ class InterruptGuard:
             self.requested = False
             raise KeyboardInterrupt
 
+    @contextmanager
+    def absorbing(self):
+        """Hold SIGINT and SIGTERM through the block and drop those that came: for the work of a
+        run that is stopping already (the interrupt's checkpoint, stopping the sampling
+        thread), which a second Ctrl-C must not cut short."""
+        try:
+            with self:
+                yield self
+        finally:
+            self.requested = False
+
 
 @contextmanager
 def terminate_as_interrupt():
@@ -89,6 +105,17 @@ def terminate_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
+def check_nonfinite_streak(streak: int, limit: int, step: int) -> None:
+    """FloatingPointError once ``streak`` consecutive steps (up to ``step``) skipped their
+    optimizer step for a NaN/inf (``max_nonfinite_steps`` = ``limit``)."""
+    if streak >= limit:
+        raise FloatingPointError(
+            f"the loss, the gradients or the updated weights were NaN/inf in {streak} "
+            f"consecutive steps (up to step {step}); those optimizer steps were skipped and the "
+            f"weights are still finite. Try a lower learning_rate, a max_grad_norm, "
+            f"dtype='float32', or check the reward functions and the data.")
+
+
 def capture_rng(generator: torch.Generator) -> dict:
     """The state of every random number generator a step draws from."""
     state = {"python": random.getstate(), "torch": torch.get_rng_state(),
@@ -105,6 +132,25 @@ def restore_rng(state: dict, generator: torch.Generator) -> None:
     generator.set_state(state["generator"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def step_rewind(generator: torch.Generator, sampler, producer) -> Callable[[], None]:
+    """What a step that fails before its update gives back, captured at its start; returns the
+    function that gives it back. The random states (:func:`capture_rng`) and the prompt
+    ``sampler``'s position, unless the ``producer`` samples in a thread of its own, which draws
+    from them (``producer.samples_in_thread``: rewinding them under it would make it draw the
+    same prompts twice); and the producer's batch (``producer.snapshot()`` /
+    ``producer.restore()``), so the retry trains it."""
+    streams = (None if producer.samples_in_thread
+               else (capture_rng(generator), sampler.state_dict()))
+    queue = producer.snapshot()
+
+    def rewind() -> None:
+        if streams is not None:
+            restore_rng(streams[0], generator)
+            sampler.load_state_dict(streams[1])
+        producer.restore(queue)
+    return rewind
 
 
 def _as_python_state(state):
@@ -171,8 +217,9 @@ def guarded_optimizer_step(optimizer, scheduler, named_params, max_grad_norm: fl
     return finite
 
 
-__all__ = ["HELD_SIGNALS", "InterruptGuard", "capture_rng", "guarded_optimizer_step",
-           "peak_memory_mb", "restore_rng", "terminate_as_interrupt"]
+__all__ = ["HELD_SIGNALS", "InterruptGuard", "capture_rng", "check_nonfinite_streak",
+           "guarded_optimizer_step", "peak_memory_mb", "restore_rng", "step_rewind",
+           "terminate_as_interrupt"]
 
 
 def finite_where(mask, *tensors) -> bool:

@@ -13,20 +13,28 @@ from labkit.engine.data import as_dataset, check_prompt_dataset, check_unique_id
 from labkit.models import load_policy
 from labkit.rewards import accuracy_reward, format_reward, reward_function_names
 from labkit.runtime.compat import enable_activation_checkpointing
+from labkit.scale.lora import wrap_with_lora
 from labkit.tasks import load_split
 
 
 def prepare_policy(config, model=None, tokenizer=None):
     """``(model, tokenizer)``: the given pair, or ``load_policy(config.model_name_or_path)``;
-    activation checkpointing switched on when the config asks."""
+    activation checkpointing switched on when the config asks; with ``use_peft``, fresh LoRA
+    adapters from torch's global generator (:func:`labkit.scale.lora.wrap_with_lora`), only
+    they train. The model comes back in eval mode, as the trainer keeps it outside its update:
+    peft's wrapper and a model built in code are in train mode, and a resumed run's first score
+    forwards would otherwise run LoRA's dropout, which the uninterrupted run's do not."""
     if model is None:
-        return load_policy(config.model_name_or_path, device=config.device, dtype=config.dtype,
-                           gradient_checkpointing=config.gradient_checkpointing)
-    if tokenizer is None:
+        model, tokenizer = load_policy(config.model_name_or_path, device=config.device,
+                                       dtype=config.dtype,
+                                       gradient_checkpointing=config.gradient_checkpointing)
+    elif tokenizer is None:
         raise ValueError("pass the model's tokenizer along with the model")
-    if config.gradient_checkpointing:
+    elif config.gradient_checkpointing:
         enable_activation_checkpointing(model)
-    return model, tokenizer
+    if config.use_peft:
+        model = wrap_with_lora(model, config)
+    return model.eval(), tokenizer
 
 
 def prepare_reward_funcs(config, reward_funcs=None) -> tuple[list, list[str]]:

@@ -258,6 +258,8 @@ class AdmissionSampler:
     deterministic: a seed gives the same run, and a checkpoint stores the clock and the groups
     in flight (:meth:`state_dict`)."""
 
+    samples_in_thread = False  # the training thread samples (AheadSampler.samples_in_thread)
+
     def __init__(self, trainer):
         cfg = trainer.config
         if trainer.environment_factory is not None:

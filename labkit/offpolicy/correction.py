@@ -62,9 +62,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import torch
 
+from labkit.config.fields import number
 from labkit.config.rules import config_rule
 from labkit.losses import kl_estimate
 from labkit.tricks.mismatch import mismatch_weights
@@ -104,6 +106,21 @@ def check_correction(correction: str) -> None:
                          f"{', '.join(map(repr, CORRECTIONS))}, got {correction!r}")
 
 
+def check_bounds(cap: float | None, floor: float | None) -> None:
+    """The config's rules for the weight's bounds (``offpolicy_weight_cap`` a finite number in
+    (0, inf), ``offpolicy_weight_floor`` one in [0, inf), each or None, the floor at most the
+    cap), with the config's messages: a NaN bound would compare False with every weight and
+    bound nothing, a negative cap would mask every token."""
+    bounds = SimpleNamespace(offpolicy_weight_cap=cap, offpolicy_weight_floor=floor)
+    if cap is not None:
+        number(bounds, "offpolicy_weight_cap", 0, math.inf, low_open=True)
+    if floor is not None:
+        number(bounds, "offpolicy_weight_floor", 0, math.inf)
+    if cap is not None and floor is not None and floor > cap:
+        raise ValueError(f"offpolicy_weight_floor ({floor}) must not exceed "
+                         f"offpolicy_weight_cap ({cap})")
+
+
 def offpolicy_terms(prox_logp: torch.Tensor, behav_logp: torch.Tensor, mask: torch.Tensor,
                     correction: str = "decoupled", cap: float | None = 5.0,
                     floor: float | None = None, epsilon: float = 0.2,
@@ -113,12 +130,11 @@ def offpolicy_terms(prox_logp: torch.Tensor, behav_logp: torch.Tensor, mask: tor
     ``prox_logp``: (B, T) log-probs of the sampled tokens under the weights at the start of the
     update; ``behav_logp``: (B, T) under the weights that sampled them; ``mask``: (B, T) loss
     tokens. ``cap`` / ``floor`` bound the weight as ``correction`` says (module docstring; None =
-    unbounded on that side); ``epsilon``/``epsilon_high`` (None = epsilon) give the clip band.
+    unbounded on that side; the config's ranges, :func:`check_bounds`); ``epsilon`` /
+    ``epsilon_high`` (None = epsilon) give the clip band.
     """
     check_correction(correction)
-    if cap is not None and floor is not None and floor > cap:
-        raise ValueError(f"offpolicy_weight_floor ({floor}) must not exceed "
-                         f"offpolicy_weight_cap ({cap})")
+    check_bounds(cap, floor)
     m = mask.bool()
     ratio = torch.where(m, torch.exp(torch.nan_to_num(prox_logp - behav_logp, nan=0.0)), 0.0)
     mode = _MODES[correction]
@@ -208,5 +224,5 @@ def _check_correction(config):
                          f"numerics are one difference): keep one of them")
 
 
-__all__ = ["CORRECTIONS", "RATIO_QUANTILES", "OffPolicyTerms", "check_correction",
-           "correct_batch", "offpolicy_metrics", "offpolicy_terms"]
+__all__ = ["CORRECTIONS", "RATIO_QUANTILES", "OffPolicyTerms", "check_bounds",
+           "check_correction", "correct_batch", "offpolicy_metrics", "offpolicy_terms"]

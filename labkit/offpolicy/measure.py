@@ -21,6 +21,7 @@ import platform
 import torch
 
 from labkit.config import preset
+from labkit.config.fields import count_option
 from labkit.trainer import train
 
 
@@ -41,9 +42,10 @@ def measure(mode: str, k: int, steps: int, prompts: int) -> dict:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m labkit async_overlap",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--k", type=int, default=2)
-    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--steps", type=count_option("--steps", 1, "steps per run"), default=6)
+    parser.add_argument("--k", type=count_option("--k", 0, "max_staleness"), default=2)
+    parser.add_argument("--prompts", type=count_option("--prompts", 1, "prompts per step"),
+                        default=8)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     load = os.getloadavg() if hasattr(os, "getloadavg") else None

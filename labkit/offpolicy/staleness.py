@@ -25,7 +25,10 @@ batch trained at step ``t`` is ``t - version``. ``max_staleness`` (k) bounds it;
 
 The trainer asks :func:`labkit.offpolicy.producers.make_producer` for the mode's producer, takes
 each step's batch with ``producer.next(trainer)`` (a :class:`StampedBatch`) and closes it at the
-end of training.
+end of training. A step that fails before its update gives its batch back
+(``producer.snapshot()`` before the step, ``producer.restore(snapshot)`` after the failure), so
+the retry trains it; ``producer.samples_in_thread`` says whether the trainer rewinds the prompt
+sampler and the random streams as well (no: a thread of the producer's draws from them).
 """
 
 from __future__ import annotations
@@ -64,6 +67,10 @@ class StampedBatch:
 
 class AheadSampler:
     """Deterministic mode: sample k batches ahead of the trainer (module docstring)."""
+
+    #: Sampling runs in the training thread: a step that fails before its update rewinds the
+    #: prompt sampler and the random streams, and :meth:`restore` puts the queue back.
+    samples_in_thread = False
 
     def __init__(self, max_staleness: int):
         self.max_staleness = max_staleness
@@ -150,7 +157,22 @@ class _SamplerView:
 
 
 class OverlappedSampler:
-    """Overlapped mode: a sampling thread beside the training thread (module docstring)."""
+    """Overlapped mode: a sampling thread beside the training thread (module docstring).
+
+    It stops and resumes as the deterministic mode does: a step that fails before its update
+    gives its batch back, first in line (:meth:`restore`), and the thread's prompt and random
+    streams are the thread's alone (the trainer does not rewind them under it:
+    :attr:`samples_in_thread`); a batch whose sampling fails rewinds them, so the next thread
+    samples the same prompts again, and its error is raised once. Each thread has its own stop
+    flag: a thread that :meth:`close` could not wait for (a slow reward call) ends after its
+    batch, and the next thread starts only once it has.
+    """
+
+    #: The trainer leaves the prompt sampler and the generator alone when a step fails: the
+    #: sampling thread draws from them (:meth:`labkit.trainer.Trainer._run_step`).
+    samples_in_thread = True
+    #: Seconds :meth:`close` waits for the thread to finish the batch it is sampling.
+    STOP_TIMEOUT_S = 60.0
 
     def __init__(self, trainer, max_staleness: int):
         self.max_staleness = max_staleness
@@ -163,15 +185,17 @@ class OverlappedSampler:
         self._condition = threading.Condition()
         self._version = trainer.step
         self._started = trainer.step  # batches started so far (the next one is for this step)
-        self._stop = False
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self._stop = threading.Event()  # the current thread's; a new thread gets a new one
+        self._handed: StampedBatch | None = None  # the batch of the step in progress
 
     # ---- the training thread -----------------------------------------------------------------
-    def publish(self, trainer) -> None:
-        """Copy the trainer's current weights to where the sampler thread reads them."""
+    def publish(self, trainer, force: bool = False) -> None:
+        """Copy the trainer's current weights to where the sampler thread reads them (when they
+        are a newer version, or ``force``: weights loaded into the model between runs)."""
         with self._condition:
-            if trainer.step == self._version:
+            if trainer.step == self._version and not force:
                 return
             with torch.no_grad():
                 for published, weight in zip(self._published.parameters(),
@@ -182,39 +206,66 @@ class OverlappedSampler:
 
     def next(self, trainer) -> StampedBatch:
         """Publish this step's weights, then wait for the oldest sampled batch."""
+        self._ensure_thread(trainer)
         self.publish(trainer)
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, args=(trainer,), daemon=True,
-                                            name="labkit-sampler")
-            self._thread.start()
         tic = time.perf_counter()
         with self._condition:
             while not self._ready and self._error is None:
                 self._condition.wait(timeout=1.0)
-            if self._error is not None:
-                raise RuntimeError("the sampling thread failed") from self._error
-            stamped = self._ready.popleft()
+            if not self._ready:  # raised once: the next call starts a new thread
+                error, self._error = self._error, None
+                raise RuntimeError("the sampling thread failed") from error
+            stamped = self._handed = self._ready[0]
+            self._ready.popleft()
             self._condition.notify_all()
-        stamped.wait = time.perf_counter() - tic
-        stamped.row["queue_wait"] = stamped.wait
-        return stamped
+        wait = time.perf_counter() - tic
+        # a copy: the step's row grows, and a retry (restore) starts from the clean one
+        return replace(stamped, row={**stamped.row, "queue_wait": wait}, wait=wait)
 
     def snapshot(self):
-        return None  # the thread's random draws cannot be taken back
+        """Nothing to copy (the thread's draws cannot be taken back); the step starts with no
+        batch handed over."""
+        self._handed = None
+
+    def restore(self, state) -> None:
+        """The failed step's batch goes back first in line: the retry trains it."""
+        with self._condition:
+            handed, self._handed = self._handed, None
+            if handed is not None and not (self._ready and self._ready[0] is handed):
+                self._ready.appendleft(handed)  # (not when the interrupt beat the pop)
+                self._condition.notify_all()
 
     def state_dict(self):
         return None  # never saved: the config refuses save_every with async_mode='overlapped'
 
-    def restore(self, state) -> None:
-        pass
-
     def close(self) -> None:
+        """Stop the thread: it ends after the batch it is sampling (a reward call is never cut
+        short), which this waits for up to :attr:`STOP_TIMEOUT_S`. A thread still running then
+        keeps its stop flag and ends by itself; the next :meth:`next` waits for it."""
         with self._condition:
-            self._stop = True
+            self._stop.set()
             self._condition.notify_all()
         if self._thread is not None:
-            self._thread.join(timeout=60)
-        self._thread, self._stop = None, False  # another train() call starts a new thread
+            self._thread.join(timeout=self.STOP_TIMEOUT_S)
+            if not self._thread.is_alive():
+                self._thread = None
+
+    def _ensure_thread(self, trainer) -> None:
+        """Start a sampling thread unless one runs: once the stopped one has ended (one thread
+        at a time draws prompts) and its error, if any, was raised (:meth:`next` raises it
+        first), with the trainer's weights as they are now (weights loaded into the model since
+        the last thread included), stamped with its step."""
+        if self._thread is not None and not self._stop.is_set():
+            return
+        while self._thread is not None and self._thread.is_alive():
+            self._thread.join(timeout=1.0)  # in a loop: Ctrl-C is seen between the waits
+        if self._error is not None:
+            return
+        self.publish(trainer, force=True)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(trainer, self._stop),
+                                        daemon=True, name="labkit-sampler")
+        self._thread.start()
 
     # ---- the sampling thread -----------------------------------------------------------------
     def _admitted(self) -> bool:
@@ -223,15 +274,16 @@ class OverlappedSampler:
         return (self._started - self._version <= self.max_staleness
                 and len(self._ready) <= self.max_staleness)
 
-    def _run(self, trainer) -> None:
-        """The thread's body: sample batches until closed. An ``Exception`` (a reward function's,
-        the model's) is handed to the training thread, which raises it at its next batch. A
-        ``BaseException`` that is not one (``SystemExit`` from a reward function; a thread ends
-        on it silently) is not caught: it ends the thread, and the ``finally`` hands it over on
-        its way out, since the training thread would otherwise wait for a batch forever."""
+    def _run(self, trainer, stop: threading.Event) -> None:
+        """The thread's body: sample batches until ``stop``. An ``Exception`` (a reward
+        function's, the model's) is handed to the training thread, which raises it at its next
+        batch. A ``BaseException`` that is not one (``SystemExit`` from a reward function; a
+        thread ends on it silently) is not caught: it ends the thread, and the ``finally`` hands
+        it over on its way out, since the training thread would otherwise wait for a batch
+        forever. Either way the thread's stop flag is set: it has ended."""
         error: BaseException | None = None
         try:
-            self._sample_until_closed(trainer)
+            self._sample_until(trainer, stop)
         # Not swallowed: the training thread raises it (next). Reward functions are the user's
         # code, so any Exception can come from them; naming a few would let the rest end the
         # thread on a traceback the notebook never sees.
@@ -239,19 +291,21 @@ class OverlappedSampler:
             error = failure
         finally:
             with self._condition:
-                if error is None and not self._stop:  # a BaseException on its way out
+                if error is None and not stop.is_set():  # a BaseException on its way out
                     error = sys.exc_info()[1]
-                self._error = error
+                if error is not None:
+                    self._error = error
+                stop.set()
                 self._condition.notify_all()
 
-    def _sample_until_closed(self, trainer) -> None:
-        """Sample each admitted batch with the published weights, until :meth:`close`."""
+    def _sample_until(self, trainer, stop: threading.Event) -> None:
+        """Sample each admitted batch with the published weights, until ``stop``."""
         cfg, view = trainer.config, self._view
         while True:
             with self._condition:
-                while not self._stop and not self._admitted():
+                while not stop.is_set() and not self._admitted():
                     self._condition.wait(timeout=1.0)
-                if self._stop:
+                if stop.is_set():
                     return
                 with torch.no_grad():
                     for own, published in zip(view.model.parameters(),
@@ -261,13 +315,24 @@ class OverlappedSampler:
             view.temperature = temperature_at(version, cfg.max_steps, cfg.temperature,
                                               cfg.temperature_final,
                                               cfg.temperature_schedule)
-            with self._decoding():
-                batch, row = self._sample(view)
+            batch, row = self._sample_batch(trainer)
             batch.token_versions = version_stamp(batch, version)
             with self._condition:
                 self._ready.append(StampedBatch(batch, row, version, view.temperature))
                 self._started += 1
                 self._condition.notify_all()
+
+    def _sample_batch(self, trainer):
+        """One batch from the view; a failure puts the prompt sampler and the generator back
+        where the batch began, so the next thread samples the same prompts."""
+        streams = (trainer.generator.get_state(), trainer.sampler.state_dict())
+        try:
+            with self._decoding():
+                return self._sample(self._view)
+        except BaseException:
+            trainer.generator.set_state(streams[0])
+            trainer.sampler.load_state_dict(streams[1])
+            raise
 
 
 @config_rule

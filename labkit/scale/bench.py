@@ -73,6 +73,7 @@ from dataclasses import dataclass, field
 import torch
 
 from labkit.config import TrainConfig
+from labkit.config.fields import count_option
 from labkit.scale.bench_memory import alternating_reward, prompt_length
 
 SETTINGS = {"prompts": 16, "num_generations": 8, "max_completion_length": 64,
@@ -410,8 +411,10 @@ def reward_problem(name: str, timings: Timings, kept: slice) -> str | None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=8, help="timed steps per trainer")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed first steps")
+    parser.add_argument("--steps", type=count_option("--steps", 1, "timed steps per trainer"),
+                        default=8, help="timed steps per trainer")
+    parser.add_argument("--warmup", type=count_option("--warmup", 0, "untimed first steps"),
+                        default=2, help="untimed first steps")
     parser.add_argument("--model", default="tiny",
                         help="model path or alias (default: tiny); a shipped real shape such as "
                              "Qwen/Qwen2.5-0.5B-Instruct is built offline with random weights")
@@ -427,8 +430,10 @@ def main(argv=None) -> int:
     parser.add_argument("--decode", action="store_true",
                         help="time sampling rounds on each decode loop instead (ms per decode "
                              "step: the dynamic loop, the fixed-shape loop, its CUDA graph)")
-    parser.add_argument("--rounds", type=int, default=5, help="--decode: timed rounds per loop")
-    parser.add_argument("--threads", type=int, default=1,
+    parser.add_argument("--rounds", type=count_option("--rounds", 1, "timed rounds per loop"),
+                        default=5, help="--decode: timed rounds per loop")
+    parser.add_argument("--threads", type=count_option("--threads", 0, "0 = torch's choice"),
+                        default=1,
                         help="torch CPU threads for both (default 1: the tiny model's matmuls "
                              "gain little from more, and on a busy machine extra threads spin; "
                              "0 = torch's choice)")

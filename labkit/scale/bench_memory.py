@@ -39,6 +39,7 @@ import time
 import torch
 
 from labkit.config import TrainConfig
+from labkit.config.fields import count_option
 
 #: The measured step: G = 2 completions of 2 prompts, 16 new tokens, float32 on the CPU.
 DEFAULTS = {"prompts": 2, "generations": 2, "completion_length": 16, "seed": 0}
@@ -231,14 +232,20 @@ def main(argv=None) -> int:
     parser.add_argument("--model", default="tiny",
                         help="'tiny' or a shipped shape, e.g. Qwen/Qwen2.5-0.5B-Instruct")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    parser.add_argument("--prompts", type=int, default=DEFAULTS["prompts"])
-    parser.add_argument("--generations", type=int, default=DEFAULTS["generations"])
-    parser.add_argument("--completion-length", type=int, default=DEFAULTS["completion_length"])
-    parser.add_argument("--seed", type=int, default=DEFAULTS["seed"])
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--micro-batch-size", type=int, default=None)
+    parser.add_argument("--prompts", type=count_option("--prompts", 1),
+                        default=DEFAULTS["prompts"])
+    parser.add_argument("--generations", default=DEFAULTS["generations"],
+                        type=count_option("--generations", 2, "a GRPO group compares two"))
+    parser.add_argument("--completion-length", type=count_option("--completion-length", 1),
+                        default=DEFAULTS["completion_length"])
+    parser.add_argument("--seed", type=count_option("--seed", 0), default=DEFAULTS["seed"])
+    parser.add_argument("--threads", type=count_option("--threads", 1, "torch CPU threads"),
+                        default=1)
+    parser.add_argument("--micro-batch-size", type=count_option("--micro-batch-size", 1),
+                        default=None)
     parser.add_argument("--gradient-checkpointing", action="store_true")
-    parser.add_argument("--steps", type=int, default=2,
+    parser.add_argument("--steps", type=count_option("--steps", 1, "trainer steps measured"),
+                        default=2,
                         help="trainer steps measured (from the second, AdamW's state exists)")
     args = parser.parse_args(argv)
     result = measure(args.model, args.device, args.prompts, args.generations,

@@ -49,18 +49,31 @@ activations                  ``b T a_L`` per layer x L; with shared prompts (no 
                              layer input)
 logits                       ``2 b (C+1) V s`` (logits and their gradient) +            train
                              ``2 c V 4`` (two float32 chunks of :mod:`labkit.logprobs`)
-KV cache (sampling)          ``G p T L h_kv hd 2 s`` (keys and values); with a CUDA     sampling;
-                             graph T rounded up to 64 and the cache kept allocated      all with
-                             between rounds (:mod:`labkit.decode`)                      a graph
-sampling logits              ``5 G p V 4`` (float32 logits, scaled, log-softmax,         sampling
-                             its exp and the entropy product, one decoding step)
+KV cache (sampling)          ``G p T L h_kv hd 2 s'`` (keys and values; ``s'`` the      sampling;
+                             sampler's dtype, ``sampling_dtype`` or the training one);  all with
+                             with a CUDA graph T rounded up to 64 and the cache kept    a graph or
+                             allocated between rounds (:mod:`labkit.decode`)            overlapped
+sampling logits              ``5 G p V 4`` (float32 logits, scaled, log-softmax,         sampling;
+                             its exp and the entropy product, one decoding step)        all when
+                                                                                        overlapped
+KV caches (other graphs)     with a CUDA graph, the static cache of every other shape   all phases
+                             sampled again and again: dynamic sampling's refill
+                             rounds (``n G`` rows, n < p), evaluation (``eval_k`` x a
+                             batch of up to 64 prompts, and the last batch), ReMax's
+                             greedy baseline (p rows); at most 4 graphs per model, the
+                             largest counted
+sampler copy                 ``(N + n_LoRA) s'``: the policy in ``sampling_dtype``,      all phases
+                             synced every step
+sampling thread's weights    ``async_mode="overlapped"``: two copies of the sampler's   all phases
+                             weights (the ones the trainer publishes, the thread's)
 reference model              ``N s`` when beta > 0 without LoRA; 0 when beta = 0 or     all phases
                              with LoRA (the base with adapters disabled)
 critic (PPO)                 ``N_c s (1 + 1 + 2)`` weights, gradients, AdamW state;      all phases
                              ``N_c`` = N minus an untied output layer, plus ``d + 1``
 critic activations (PPO)     ``L b T a_L + b T d s`` (same trunk, no logits)             train
 total                        the largest phase: sampling, train (forward + backward of  --
-                             one micro-batch) or step (clip + AdamW update)
+                             one micro-batch) or step (clip + AdamW update); in
+                             overlapped mode the sampling thread's buffers count in all
 ===========================  =========================================================  ==========
 
 Activations per layer and token, ``a_L`` (bytes). Korthikanti et al. 2022, "Reducing Activation
@@ -325,7 +338,10 @@ def memory_plan(model_config_or_name, train_config=None, *, prompt_length: int |
         train_config: a :class:`labkit.config.TrainConfig` (None = the default GRPO); read:
             dtype, LoRA (``use_peft``, ``lora_r``, ``lora_target_modules``, ``lora_dropout``), G,
             prompts per step, micro_batch_size, num_mini_batches, max_completion_length,
-            gradient_checkpointing, beta, advantage_estimator, rollback_nonfinite_weights.
+            gradient_checkpointing, beta, advantage_estimator, rollback_nonfinite_weights, the
+            sampler (``sampling_dtype``, ``async_mode``, ``decode_path``, ``cuda_graphs``) and
+            the shapes it samples besides the training batch (``dynamic_sampling``,
+            ``max_resample_rounds``, ``eval_every``, ``eval_k``, ``eval_max_prompts``).
         prompt_length: P, tokens of the longest prompt (chat template included); None = 256, a
             round budget for a GSM8K-style question in Qwen's tokenizer. Measure yours.
         optimizer: ``"adamw"`` (the trainer's) or ``"sgd"`` (no state: a lower bound).
@@ -352,13 +368,16 @@ def memory_plan(model_config_or_name, train_config=None, *, prompt_length: int |
                     C=cfg.max_completion_length, b=cfg.micro_batch_size or cfg.mini_batch_size)
     adamw = optimizer == "adamw"
     activations = _activations_row(shape, t, run, cfg)
+    graph = _keeps_graph_cache(cfg, t, device)
     rows = [*_state_rows(t, adamw),
             _step_temporaries_row(shape, t, adamw, device, cfg.rollback_nonfinite_weights),
             activations,
             _logits_row(shape, t, run),
-            *_sampling_rows(shape, t, run, _keeps_graph_cache(cfg, t, device)),
+            *_sampling_rows(shape, t, run, cfg, graph),
+            *([_graph_caches_row(shape, t, run, cfg)] if graph else []),
+            *_sampler_copy_rows(t, cfg),
             *_model_copy_rows(shape, t, cfg, adamw, activations["bytes"])]
-    return _with_total(rows)
+    return _with_total([row for row in rows if row is not None])
 
 
 def _checked_arguments(train_config, prompt_length, optimizer, device, master_weights):
@@ -536,30 +555,123 @@ def _keeps_graph_cache(cfg, t: _Trainable, device: str) -> bool:
             and not t.lora_r)
 
 
-def _sampling_rows(shape: _Shape, t: _Trainable, run: _RunSizes, graph: bool) -> list[dict]:
-    """The KV cache of all G p rows sampled at once, and one decoding step's float32 logits.
+def _overlapped(cfg) -> bool:
+    """Whether a sampling thread samples while the trainer trains (``async_mode="overlapped"``,
+    :class:`labkit.offpolicy.staleness.OverlappedSampler`)."""
+    return cfg.async_mode == "overlapped"
+
+
+def _sampler_bytes(cfg, t: _Trainable) -> int:
+    """Bytes per element of the model that samples: ``sampling_dtype``'s, else the training
+    dtype's."""
+    return _BYTES[cfg.sampling_dtype] if cfg.sampling_dtype else t.s
+
+
+def _sampling_rows(shape: _Shape, t: _Trainable, run: _RunSizes, cfg, graph: bool) -> list[dict]:
+    """The KV cache of all G p rows sampled at once (in the sampler's dtype), and one decoding
+    step's float32 logits.
 
     With a CUDA graph (``graph``) the cache is the captured step's static one: its length is
     rounded up to a multiple of :data:`labkit.decode.GRAPH_LENGTH_BUCKET` and it is live in
     every phase (a graph replays at fixed addresses, so the cache is kept for the next round).
     Measured on one H100 (Qwen3-0.6B shape, 16 x 8 x 128 tokens, ``docs/measurements``): without
-    this the plan fell 7.5% short of the measured peak."""
+    this the plan fell 7.5% short of the measured peak. In overlapped mode the sampling thread
+    samples while the trainer trains and steps, so both rows are live in every phase."""
     from labkit.decode import GRAPH_LENGTH_BUCKET, graph_cache_length
 
     in_flight = run.G * run.p
-    s = t.s
+    s = _sampler_bytes(cfg, t)
     length = graph_cache_length(run.T) if graph else run.T
     formula = (f"G x p x T x L x h_kv x hd x 2 x s = {run.G} x {run.p} x {length} x {shape.L} x "
                f"{shape.h_kv} x {shape.hd} x 2 x {s}")
     if graph:
         formula += (f" (T = {run.T} rounded up to a multiple of {GRAPH_LENGTH_BUCKET}: a CUDA "
                     f"graph's static cache, kept between rounds)")
+    overlapped = " (the sampling thread's, while the trainer trains)" if _overlapped(cfg) else ""
     return [
         _row("KV cache (sampling)", in_flight * length * shape.L * shape.h_kv * shape.hd * 2 * s,
-             _ALL_PHASES if graph else "sampling", formula),
-        _row("sampling logits", 5 * in_flight * shape.V * 4, "sampling",
-             f"5 float32 (G p, V) buffers of one decoding step = 5 x {in_flight} x {shape.V:,} x 4"),
+             _ALL_PHASES if graph or overlapped else "sampling", formula + overlapped),
+        _row("sampling logits", 5 * in_flight * shape.V * 4,
+             _ALL_PHASES if overlapped else "sampling",
+             f"5 float32 (G p, V) buffers of one decoding step = 5 x {in_flight} x {shape.V:,} x 4"
+             + overlapped),
     ]
+
+
+def _other_captured_shapes(cfg, run: _RunSizes) -> tuple[list[tuple[str, int]],
+                                                         list[tuple[str, int]]]:
+    """The sampled batches besides the training batch that a CUDA graph captures, each a
+    ``(description, rows)``, as ``(on the sampler, on the policy)``. The sampler (the policy, or
+    its ``sampling_dtype`` or overlapped thread's copy) runs dynamic sampling's refill rounds:
+    ``n G`` rows for each count n = 1 .. p - 1 of prompts still needed, all of which recur over a
+    run. The policy runs evaluation (``eval_k`` samples of each prompt, in batches of
+    :data:`labkit.evaluate.PROMPTS_PER_BATCH` prompts and a last, smaller batch; the eval set is
+    ``eval_max_prompts``, else the task suite's eval split, the trainer's default) and ReMax's
+    greedy baseline (p rows)."""
+    from labkit.evaluate import PROMPTS_PER_BATCH
+    from labkit.tasks.problems import DIFFICULTIES, EVAL_PER_CELL, FAMILIES
+
+    refills = ([(f"refill {n} x {run.G}", n * run.G) for n in range(run.p - 1, 0, -1)]
+               if cfg.dynamic_sampling and cfg.max_resample_rounds else [])
+    policy = []
+    if cfg.eval_every:
+        prompts = cfg.eval_max_prompts or EVAL_PER_CELL * len(FAMILIES) * len(DIFFICULTIES)
+        batches = sorted({min(prompts, PROMPTS_PER_BATCH), prompts % PROMPTS_PER_BATCH} - {0},
+                         reverse=True)
+        policy += [(f"evaluation {n} x {cfg.eval_k}", n * cfg.eval_k) for n in batches]
+    if cfg.advantage_estimator == "remax":
+        policy.append((f"ReMax greedy {run.p} x 1", run.p))
+    return refills, policy
+
+
+def _graph_caches_row(shape: _Shape, t: _Trainable, run: _RunSizes, cfg) -> dict | None:
+    """The static KV caches that captured shapes other than the training batch keep between
+    calls (:func:`_other_captured_shapes`), at most :data:`labkit.decode.GRAPHS_PER_MODEL` per
+    model, the largest counted (the least recently used are dropped, so which stay depends on
+    the order; the plan takes the worst). One model samples everything unless a
+    ``sampling_dtype`` or overlapped copy samples the training batches; then the policy keeps
+    its own. None when nothing else is captured."""
+    from labkit.decode import GRAPHS_PER_MODEL, graph_cache_length
+
+    refills, policy = _other_captured_shapes(cfg, run)
+    if cfg.sampling_dtype or _overlapped(cfg):
+        models = [(_sampler_bytes(cfg, t), refills, GRAPHS_PER_MODEL - 1),
+                  (t.s, policy, GRAPHS_PER_MODEL)]
+    else:  # the training batch's graph is one of the policy's
+        models = [(t.s, refills + policy, GRAPHS_PER_MODEL - 1)]
+    length = graph_cache_length(run.T)
+    per_row = length * shape.L * shape.h_kv * shape.hd * 2
+    total, kept = 0, []
+    for s, shapes, room in models:
+        for what, rows in sorted(shapes, key=lambda item: -item[1])[:room]:
+            total += rows * per_row * s
+            kept.append(f"{what} = {rows} rows (s = {s})")
+    if not kept:
+        return None
+    return _row("KV caches (other graphs)", total, _ALL_PHASES,
+                f"rows x T x L x h_kv x hd x 2 x s per captured shape, T = {length}: "
+                f"{'; '.join(kept)} (at most {GRAPHS_PER_MODEL} graphs per model, the largest)")
+
+
+def _sampler_copy_rows(t: _Trainable, cfg) -> list[dict]:
+    """The copies of the weights that sample: the ``sampling_dtype`` copy of the policy (synced
+    every step, :func:`labkit.engine.sampling.synced_sampling_model`) and, in overlapped mode,
+    the sampling thread's two (the weights the trainer publishes and the thread's own), copies
+    of the sampler's weights."""
+    rows = []
+    weights = t.n_params * t.s + (t.n_train * 4 if t.lora_r else 0)
+    if cfg.sampling_dtype:
+        s = _sampler_bytes(cfg, t)
+        count = t.n_params + (t.n_train if t.lora_r else 0)
+        weights = count * s
+        rows.append(_row("sampler copy", weights, _ALL_PHASES,
+                         f"the policy in {cfg.sampling_dtype}: "
+                         f"{'(N + n)' if t.lora_r else 'N'} x s' = {count:,} x {s}"))
+    if _overlapped(cfg):
+        rows.append(_row("sampling thread's weights", 2 * weights, _ALL_PHASES,
+                         f"overlapped: 2 copies of the sampler's weights (published by the "
+                         f"trainer, the thread's own) = 2 x {weights:,} B"))
+    return rows
 
 
 def _model_copy_rows(shape: _Shape, t: _Trainable, cfg, adamw: bool,
@@ -610,7 +722,8 @@ def phase_totals(plan: pd.DataFrame) -> pd.Series:
     """Bytes live in each phase (sampling, train, step): the sum of the components listed in it.
 
     The phases never overlap in the trainer: sampling ends before the training forward, and the
-    activations are freed before the optimizer steps, so a step's peak is the largest phase.
+    activations are freed before the optimizer steps, so a step's peak is the largest phase. (In
+    overlapped mode a thread samples during the other two: its buffers are listed in all three.)
     """
     parts = plan.drop(index="total", errors="ignore")
     return pd.Series({phase: int(parts.loc[parts["phases"].str.contains(phase), "bytes"].sum())

@@ -1,10 +1,12 @@
 """Which prompts a step trains on: uniform passes, a difficulty curriculum, prioritized sampling
 by solve rate, and multi-task weights.
 
-Every sampler has the same three methods: ``take(count)`` returns dataset row indices,
+Every sampler has the same four methods: ``take(count)`` returns dataset row indices,
 ``observe(indices, solve_rates)`` feeds back how often each sampled prompt's group was right (the
-trainer calls it after scoring every group), and ``state_dict()``/``load_state_dict()`` make a
-run resumable. All draws come from a seeded ``random.Random``, so a seed gives the same prompts.
+trainer calls it after scoring every group, in every sampling round), ``end_batch()`` says that
+one training step's batch is complete (the trainer calls it once per batch, however many rounds
+dynamic sampling took to fill it), and ``state_dict()``/``load_state_dict()`` make a run
+resumable. All draws come from a seeded ``random.Random``, so a seed gives the same prompts.
 
 =========================  ================================================================
 sampler                    method (``TrainConfig.prompt_sampler``)
@@ -68,6 +70,9 @@ class UniformSampler:
     def observe(self, indices, solve_rates) -> None:
         """Uniform sampling ignores the feedback."""
 
+    def end_batch(self) -> None:
+        """Uniform passes follow no schedule."""
+
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "offset": self.offset}
 
@@ -87,6 +92,9 @@ class _WeightedSampler:
 
     def weights(self) -> list[float]:
         raise NotImplementedError
+
+    def end_batch(self) -> None:
+        """No schedule over training steps (the curriculum has one)."""
 
     def take(self, count: int) -> list[int]:
         weights = list(self.weights())
@@ -109,7 +117,9 @@ class _WeightedSampler:
 
 class CurriculumSampler(_WeightedSampler):
     """Easy to hard: at progress p = step / (ratio * total steps), prompts whose difficulty is at
-    most ``d_min + p * (d_max - d_min)`` are drawn uniformly; after that, all of them."""
+    most ``d_min + p * (d_max - d_min)`` are drawn uniformly; after that, all of them. ``step``
+    counts training steps (batches completed, :meth:`end_batch`), not sampling rounds: with
+    dynamic sampling a step takes several."""
 
     def __init__(self, difficulties, seed: int, total_steps: int, ratio: float = 0.5):
         super().__init__(len(difficulties), seed)
@@ -127,7 +137,11 @@ class CurriculumSampler(_WeightedSampler):
         return [1.0 if d <= top + 1e-9 else 0.0 for d in self.difficulties]
 
     def observe(self, indices, solve_rates) -> None:
-        self.step += 1  # one call per step: the schedule advances with training
+        """The fixed curriculum ignores the feedback (the prioritized sampler is the adaptive
+        one)."""
+
+    def end_batch(self) -> None:
+        self.step += 1  # the schedule advances with training
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "step": self.step}

@@ -87,6 +87,26 @@ def hub_config(workdir: Path, students: list[str], password: str, environment: d
     return config
 
 
+
+def _kill_processes_under(folder) -> None:
+    """Kill every process whose working folder or command line lies in ``folder`` (a folder this
+    module made with ``mkdtemp``: whatever runs from it was started by the hub it holds)."""
+    folder = str(folder)
+    doomed = []
+    for proc in psutil.process_iter(["cwd", "cmdline"]):
+        try:
+            cwd, cmdline = proc.info["cwd"] or "", " ".join(proc.info["cmdline"] or [])
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if proc.pid != os.getpid() and (folder in cwd or folder in cmdline):
+            doomed.append(proc)
+    for proc in doomed:
+        try:
+            proc.kill()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    psutil.wait_procs(doomed, timeout=10)
+
 class LocalHub:
     """Start and stop one throwaway hub; use as a context manager so it always stops."""
 
@@ -188,5 +208,8 @@ class LocalHub:
             psutil.wait_procs(alive, timeout=5)
             self.process = None
         if self.workdir is not None:
+            # a kernel that left the hub's tree before the snapshot above (a restart, a server
+            # that exited first and orphaned it) still runs from a student's home: ours to end
+            _kill_processes_under(self.workdir)
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None

@@ -87,15 +87,16 @@ def test_ctrl_c_before_an_overlapped_update_trains_every_batch_once_in_order(bas
     each once, in the order the prompt sampler drew them."""
     trainer = make_trainer(base, max_steps=4, **OVERLAPPED)
     trained = record_trained_prompts(trainer)
-    score_forwards, fired = trainer.score_forwards, []
+    next_batch, fired = trainer.producer.next, []
 
-    def ctrl_c_at_step_1(batch):
+    def ctrl_c_at_step_1(trainer_):
+        batch = next_batch(trainer_)  # handed over to the training thread
         if trainer.step == 1 and not fired:
             fired.append(True)
-            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C after sampling, before the update
-        return score_forwards(batch)
+            raise KeyboardInterrupt  # Ctrl-C in the training thread, before the update
+        return batch
 
-    trainer.score_forwards = ctrl_c_at_step_1
+    trainer.producer.next = ctrl_c_at_step_1
     with deadline():
         assert trainer.train().interrupted
         assert trainer.step == 1

@@ -141,8 +141,10 @@ def step_rewind(generator: torch.Generator, sampler, producer) -> Callable[[], N
     from them (``producer.samples_in_thread``: rewinding them under it would make it draw the
     same prompts twice); and the producer's batch (``producer.snapshot()`` /
     ``producer.restore()``), so the retry trains it."""
-    streams = (None if producer.samples_in_thread
-               else (capture_rng(generator), sampler.state_dict()))
+    # a producer says so when it samples in a thread of its own; one that does not (a
+    # hand-written loop, notebook 11) samples in the training thread
+    in_thread = getattr(producer, "samples_in_thread", False)
+    streams = None if in_thread else (capture_rng(generator), sampler.state_dict())
     queue = producer.snapshot()
 
     def rewind() -> None:

@@ -4,7 +4,8 @@ Cells are found by their content, not their position, so edits to the notebooks 
 shift the measurement onto other cells:
 
 - notebook 00's setup: its code cells from the top through the first one that loads the tiny
-  model (``load_policy(``): the environment check and the model load;
+  model (``load_policy(``): the imports and the model load (the preflight check, which these cells
+  held until 2026-11-29, now closes the notebook);
 - notebook 02's setup: its first code cell (imports, the one-thread setting, paths);
 - notebook 02's live run: the cell that assigns ``result = train(...)``; with ``steps`` given, its
   ``STEPS = <n>`` line is rewritten to that count (everything else verbatim);

@@ -16,30 +16,34 @@ the root                       ``trainer`` (the algorithm box), ``grpo_minimal``
 methods (one file each)        ``losses/`` (surrogate families), ``advantages/`` (estimators),
                                ``rewards/`` (rule-checked rewards and their families), ``agents/``
                                (tools and multi-turn episodes), ``offpolicy/`` (stale batches)
-``config/``                    ``TrainConfig`` (every knob, validated), ``presets``, ``fields``
-                               (ranges, ``Setting``), ``rules``/``methods`` (combination rules),
-                               ``registry`` (the name table the method registries share)
+``plugins/``                   what a method registers itself with: ``Registry`` (the name
+                               table every registry shares), ``Setting`` and the range checks,
+                               ``config_rule`` (combination rules); imports nothing of the lab's
+``config/``                    ``TrainConfig`` (every knob, validated), ``presets``, ``methods``
+                               (the modules that register), ``trl_names`` (TRL's spellings it
+                               refuses); stands above the methods and reads their registries
 ``tricks/``                    around the core: ``filters``, ``token_filters``, ``temperature``,
-                               ``reference``, ``prompt_sampling``, ``ptx``, ``mismatch``
-``finetune/``                  without RL: ``sft``, ``rft``
+                               ``reference``, ``prompt_sampling``, ``mismatch``
+``finetune/``                  without RL: ``sft``, ``rft``, and ``ptx`` (SFT's loss in an RL step)
 ``tasks/``                     the task suite (generation, grading, splits) and ``gsm8k``
-``scale/``                     beyond the tiny model: ``memory``, ``lora``, ``bench``,
-                               ``bench_memory``
+``scale/``                     beyond the tiny model: ``memory``, ``bench``, ``bench_memory``
 ``trl_bridge/``                TRL both ways: a lab recipe to TRL, a TRL script on the lab
-``engine/``                    the trainer's machinery (no notebook needs it)
+``engine/``                    the trainer's machinery (no notebook needs it), ``lora`` included
 ``viz/``, ``widgets/``         plots and interactive widgets, one module per notebook family
 ``runtime/``                   the environment: ``compat`` (version floors, transformers'
                                dialects), ``cpu`` (threads within a container's quota),
-                               ``hashing``
+                               ``hashing``, ``counts`` (a count from the environment or a
+                               command line)
 ``commands/``                  ``python -m labkit <command>`` (``__main__`` lists them): ``check``,
-                               ``reference_runs``, ``section_times``, ``build_tiny``,
+                               ``where``, ``reference_runs``, ``section_times``, ``build_tiny``,
                                ``build_judge``, ``build_tools``; ``bench``, ``bench_memory``,
                                ``trl_train`` and ``tasks`` live with their kind
 =============================  ===================================================================
 
 Import what a notebook shows from its module (``from labkit.losses import policy_loss``); the
-trainer calls exactly the same functions. A new loss or estimator is one file in ``losses/`` or
-``advantages/`` that registers itself (``CONTRIBUTING.md``).
+trainer calls exactly the same functions. A new loss, estimator or named reward is one file in
+``losses/``, ``advantages/`` or ``rewards/`` that registers itself, plus its import line
+(``CONTRIBUTING.md``); ``python -m labkit where NAME`` finds any registered one.
 """
 
 __version__ = "0.1.0"

@@ -16,6 +16,7 @@ import sys
 #: Command name -> the module whose ``main(argv)`` runs it.
 COMMANDS = {
     "check": "labkit.commands.check",
+    "where": "labkit.commands.where",
     "reference_runs": "labkit.commands.reference_runs",
     "section_times": "labkit.commands.section_times",
     "bands": "labkit.commands.bands",
@@ -26,7 +27,7 @@ COMMANDS = {
     "bench_memory": "labkit.scale.bench_memory",
     "trl_train": "labkit.trl_bridge.train",
     "tasks": "labkit.tasks.build",
-    "async_overlap": "labkit.offpolicy.measure",
+    "async_overlap": "labkit.commands.async_overlap",
 }
 
 

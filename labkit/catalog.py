@@ -11,8 +11,8 @@ notebooks mention the ids.
 
 Ids are stable: the lab's core path (``CORE_IDS``) and the 29 tricks it teaches, in a fixed order
 (``TRICK_IDS``). Where popular lists of GRPO tricks credit a trick to the wrong source,
-the entry cites the paper that introduced it and says so in ``note``. A loss type or advantage
-estimator registered without an entry here is listed from its registration
+the entry cites the paper that introduced it and says so in ``note``. A loss type, advantage
+estimator or named reward registered without an entry here is listed from its registration
 (:func:`registered_methods`), so the catalog never misses a method the trainer can run.
 
 >>> from labkit.catalog import catalog_frame
@@ -21,6 +21,8 @@ estimator registered without an entry here is listed from its registration
 
 from __future__ import annotations
 
+import inspect
+import sys
 from dataclasses import asdict, dataclass, field
 
 __all__ = ["CATALOG", "CHANGES", "CORE_IDS", "EXTRA_IDS", "TRICK_IDS", "Method", "all_methods",
@@ -81,32 +83,6 @@ TRICK_IDS = (
     "generative-judge",
     "multitask-weights",
     "kimi-ptx-loss",
-)
-
-
-#: Methods beyond the 29 tricks that every learner meets in current papers and that TRL or verl
-#: expose: the other surrogates, entropy-side token filters, the soft reference update, the
-#: correction for a sampler that is not the trainer, agents, and asynchronous training (a sampler
-#: ahead of the trainer, the corrections of its stale samples, admission, partial rollouts).
-EXTRA_IDS = (
-    "cispo",
-    "sapo",
-    "vespo",
-    "top-entropy-tokens",
-    "clip-cov",
-    "kl-cov",
-    "trdpo-ref-sync",
-    "tis-mismatch",
-    "tool-calls",
-    "environment-token-mask",
-    "multi-turn-episodes",
-    "async-staleness",
-    "coupled-stale",
-    "tis-stale",
-    "icepop",
-    "decoupled-ppo",
-    "staleness-admission",
-    "partial-rollouts",
 )
 
 
@@ -706,6 +682,7 @@ CATALOG: tuple[Method, ...] = (
         functions=("labkit.rewards.accuracy_reward", "labkit.rewards.format_reward",
                    "labkit.rewards.verifiers.lenient_length_reward",
                    "labkit.rewards.verifiers.answer_anywhere_reward",
+                   "labkit.rewards.verifiers.format_only_reward",
                    "labkit.rewards.verifiers.digit_credit_reward"),
         notebook=_NB["rewards"],
         tests=("tests/test_rewards.py::test_accuracy_reward_on_strings_and_messages",
@@ -764,7 +741,7 @@ CATALOG: tuple[Method, ...] = (
         _K2,
         id="kimi-ptx-loss",
         changes="loss",
-        functions=("labkit.tricks.ptx.ptx_nll", "labkit.tricks.ptx.PTXData"),
+        functions=("labkit.finetune.ptx.ptx_nll", "labkit.finetune.ptx.PTXData"),
         config={"ptx_coef": 0.2, "ptx_batch_size": 8},
         notebook=_NB["rewards"],
         tests=("tests/test_ptx.py::test_gradient_is_rl_plus_coef_times_sft",
@@ -901,7 +878,9 @@ CATALOG: tuple[Method, ...] = (
         id="multi-turn-episodes",
         changes="reward",
         functions=("labkit.agents.guessing.GuessingEnv",
-                   "labkit.agents.guessing.expert_transcript"),
+                   "labkit.agents.guessing.expert_transcript",
+                   "labkit.rewards.environment.environment_reward",
+                   "labkit.rewards.environment.turn_reward"),
         notebook=_NB["agents"],
         tests=("tests/test_agents_envs.py::test_the_expert_solves_every_code_within_max_turns",),
         note="A game whose replies depend on every earlier turn, with an outcome reward "
@@ -1025,15 +1004,28 @@ CATALOG: tuple[Method, ...] = (
     ),
 )
 
+#: Methods beyond the 29 tricks that every learner meets in current papers and that TRL or verl
+#: expose: the other surrogates, entropy-side token filters, the soft reference update, the
+#: correction for a sampler that is not the trainer, agents, and asynchronous training (a sampler
+#: ahead of the trainer, the corrections of its stale samples, admission, partial rollouts): the
+#: entries after the tricks, in the catalog's order.
+EXTRA_IDS = tuple(m.id for m in CATALOG if m.id not in CORE_IDS + TRICK_IDS)
+
+
+def _summary(entry, code) -> str:
+    """What a registration says it is: its ``summary``, else its code's first docstring line."""
+    return entry.summary or (inspect.getdoc(code) or "").partition("\n")[0]
 
 
 def registered_methods() -> tuple[Method, ...]:
-    """Entries derived from the method registries for every registered loss type and advantage
-    estimator that no entry of :data:`CATALOG` switches on: a method added by registering it is
-    listed (with the paper it registered, its own settings, status derived) before anyone writes
+    """Entries derived from the method registries for every registered loss type, advantage
+    estimator and named reward that no entry of :data:`CATALOG` covers (switches on, or names
+    among its functions): a method added by registering it is listed (with the paper it
+    registered, its own settings, its summary or docstring, status derived) before anyone writes
     its entry."""
     from labkit.advantages import ESTIMATOR_REGISTRY
     from labkit.losses import LOSS_REGISTRY
+    from labkit.rewards import REWARD_REGISTRY
 
     covered = {(switch, m.config.get(switch)) for m in CATALOG
                for switch in ("loss_type", "advantage_estimator")}
@@ -1043,12 +1035,24 @@ def registered_methods() -> tuple[Method, ...]:
         for name, entry in registry.items():
             if (switch, name) in covered:
                 continue
-            title, arxiv = entry.paper or (entry.summary or name, None)
+            summary = _summary(entry, entry.surrogate if switch == "loss_type" else entry.compute)
+            title, arxiv = entry.paper or (summary or name, None)
             settings = "".join(f"; setting {key} (default {setting.default!r}): {setting.doc}"
                                for key, setting in getattr(entry, "settings", {}).items())
             derived.append(Method(id=name.replace("_", "-"), title=title, arxiv=arxiv,
                                   changes=changes, config={switch: name},
-                                  note=f"registered in {entry.module}; {entry.summary}{settings}"))
+                                  note=f"registered in {entry.module}; {summary}{settings}"))
+    named = {getattr(sys.modules.get(module), name, None)
+             for m in CATALOG for module, _, name in (f.rpartition(".") for f in m.functions)}
+    for name, reward in REWARD_REGISTRY.items():
+        if reward.code in named:
+            continue
+        summary = _summary(reward, reward.code)
+        derived.append(Method(id=name.replace("_", "-"), title=summary or name, arxiv=None,
+                              changes="reward",
+                              functions=(f"{reward.module}.{reward.code.__qualname__}",),
+                              note=f"registered in {reward.module}; the named reward {name!r}: "
+                                   f"{summary}"))
     return tuple(derived)
 
 

@@ -214,7 +214,8 @@ def static_cache_problem(model) -> str | None:
 
 
 def _has_switchable_adapters(model) -> bool:
-    """peft adapters (labkit.scale.lora): they can be disabled for one call and enabled for the next."""
+    """peft adapters (labkit.engine.lora): they can be disabled for one call and enabled for the
+    next."""
     return getattr(model, "peft_config", None) is not None
 
 

@@ -233,15 +233,23 @@ def evaluate(model, tokenizer, dataset, *, k: int = 4, temperature: float = 1.0,
     return (table, samples) if return_samples else table
 
 
-def eval_metrics(table) -> dict:
+def eval_metrics(table, samples: pd.DataFrame | None = None) -> dict:
     """A training history's ``eval_*`` columns from an :func:`evaluate` table: the overall
     accuracy, pass@k, length, format rate and truncation, and the accuracy of each (family,
-    difficulty) cell when there are several, so a run shows what it gains and where it forgets."""
+    difficulty) cell when there are several, so a run shows what it gains and where it forgets.
+
+    With the per-sample frame, also the mean length of the right answers (``correct == 1``) and of
+    the wrong ones (``correct == 0``; partial credit and unjudged answers count in neither), NaN
+    when there are none: whether a loss lets *wrong* answers grow is then measured, not guessed.
+    """
     overall = table[table["family"] == "all"].iloc[0]
     row = {"eval_accuracy": float(overall["accuracy"]),
            "eval_pass@k": float(overall["pass@k"]), "eval_length": float(overall["length"]),
            "eval_format_rate": float(overall["format_rate"]),
            "eval_truncation": float(overall["truncation"])}
+    if samples is not None:
+        row.update(eval_length_correct=float(samples.loc[samples["correct"] == 1, "length"].mean()),
+                   eval_length_wrong=float(samples.loc[samples["correct"] == 0, "length"].mean()))
     if "tool_call_rate" in table:
         row.update(eval_tool_call_rate=float(overall["tool_call_rate"]),
                    eval_turns=float(overall["turns"]))

@@ -23,6 +23,13 @@ Input makers take a ``torch.Generator`` and return the keyword arguments of one 
 :func:`random_group_rewards` (groups of sampled rewards), :func:`random_pass_counts` (the
 counts of one pass@k problem) and :func:`random_stale_batch` (a batch sampled by an older policy:
 behaviour, proximal and current log-probs).
+
+:func:`check_liftable_cells` checks a prediction read off an evaluation: which (family,
+difficulty) cells give GRPO a gradient (:func:`cell_signal` counts them).
+
+:func:`check_grpo_gradient` checks a whole GRPO step built from a learner's two functions (the
+group advantage and the clipped token loss of :mod:`labkit.grpo_minimal`) against the Trainer's
+gradient on one real batch of the tiny model.
 """
 
 from __future__ import annotations
@@ -34,7 +41,8 @@ from typing import Any
 import pandas as pd
 import torch
 
-__all__ = ["STALE_CORRECTIONS", "LearnerError", "check_function", "check_prediction",
+__all__ = ["STALE_CORRECTIONS", "LearnerError", "cell_signal", "check_function",
+           "check_grpo_gradient", "check_liftable_cells", "check_prediction",
            "random_group_rewards", "random_pass_counts", "random_policy_batch",
            "random_stale_batch"]
 
@@ -492,3 +500,267 @@ def check_prediction(prediction: str, baseline, changed, metric: str, *, window:
     print(f"Not what the runs showed: you predicted {prediction}, they show {shown}. {what}. "
           f"Look at the metric's curve in both runs to see why.")
     return False
+
+
+# --------------------------------------------------------------------------------------------
+# reading an evaluation: which cells can RL lift?
+# --------------------------------------------------------------------------------------------
+
+_CELL_KEYS = ["family", "difficulty"]
+
+
+def cell_signal(samples: pd.DataFrame) -> pd.DataFrame:
+    """How many prompts of each (family, difficulty) cell would give GRPO a gradient.
+
+    ``samples`` is the per-sample frame of ``labkit.evaluate.evaluate(..., return_samples=True)``
+    (``id``, ``family``, ``difficulty``, ``correct``; a NaN counts as wrong, a positive value as
+    right, as in :func:`labkit.evaluate.pass_at_k_curve`). Under a 0/1 reward a prompt's group has
+    a non-zero advantage only when some answers are right and some wrong: ``mixed``.
+
+    ============  ==================================================================
+    column        meaning
+    ============  ==================================================================
+    family, ...   the cell, one row each, sorted
+    ``cell``      its name, ``"<family> d<difficulty>"`` (as ``viz.plot_pass_at_k``)
+    ``prompts``   prompts in the cell
+    ``accuracy``  share of the cell's answers that are right (the heat map's value)
+    ``never``     prompts with no right answer: no signal, no headroom reached
+    ``always``    prompts with every answer right: no signal, no headroom left
+    ``mixed``     the others: the prompts that give GRPO a gradient
+    ============  ==================================================================
+    """
+    missing = [c for c in ["id", *_CELL_KEYS, "correct"] if c not in samples.columns]
+    if missing:
+        raise ValueError(f"samples needs the columns {missing} (the frame of evaluate(..., "
+                         f"return_samples=True)), it has {list(samples.columns)}")
+    if samples.empty:
+        raise ValueError("samples is empty: evaluate at least one prompt")
+    frame = samples[["id", *_CELL_KEYS]].assign(right=samples["correct"].fillna(0) > 0)
+    prompts = frame.groupby([*_CELL_KEYS, "id"], sort=True)["right"].agg(["sum", "size"])
+    prompts = prompts.assign(never=prompts["sum"] == 0,
+                             always=prompts["sum"] == prompts["size"])
+    prompts["mixed"] = ~(prompts["never"] | prompts["always"])
+    cells = prompts.groupby(_CELL_KEYS, sort=True).agg(
+        prompts=("size", "size"), never=("never", "sum"), always=("always", "sum"),
+        mixed=("mixed", "sum"))
+    cells.insert(1, "accuracy", frame.groupby(_CELL_KEYS, sort=True)["right"].mean())
+    cells = cells.reset_index()
+    cells.insert(2, "cell", [f"{f} d{d}" for f, d in zip(cells["family"], cells["difficulty"])])
+    return cells.astype({"prompts": int, "never": int, "always": int, "mixed": int})
+
+
+def _cell_names(prediction, known: list[str]) -> list[str]:
+    """The learner's cells as ``"<family> d<difficulty>"`` names; ValueError for any other."""
+    if isinstance(prediction, str) or not hasattr(prediction, "__iter__"):
+        raise TypeError(f"prediction must be a list of cells such as [\"add d2\", \"sort d1\"], "
+                        f"got {prediction!r}")
+    names = []
+    for item in prediction:
+        if isinstance(item, tuple) and len(item) == 2:
+            item = f"{item[0]} d{item[1]}"
+        name = " ".join(str(item).split())
+        if name not in known:
+            raise ValueError(f"{item!r} is not a cell of this evaluation; name cells as "
+                             f"\"<family> d<difficulty>\", one of {known}")
+        names.append(name)
+    return names
+
+
+def check_liftable_cells(prediction, samples: pd.DataFrame, *, liftable: float = 0.7,
+                         dead: float = 0.3) -> bool:
+    """Check a learner's prediction of the cells where GRPO gets a gradient.
+
+    The learner names, from the accuracy heat map, the (family, difficulty) cells whose prompts
+    mostly give GRPO something to learn from: some answers right and some wrong
+    (:func:`cell_signal`'s ``mixed``). A cell where at least ``liftable`` of the prompts are mixed
+    must be named; a cell where at most ``dead`` are must not be; a cell in between counts either
+    way (with 10 prompts a cell, one prompt more or less must not decide a prediction).
+
+    Args:
+        prediction: a list of cells, ``"add d2"`` or ``("add", 2)``.
+        samples: the per-sample frame of ``evaluate(..., return_samples=True)``.
+        liftable, dead: the shares of mixed prompts above and below which a cell is decided
+            (``0 <= dead < liftable <= 1``).
+
+    Returns:
+        True if the prediction names every liftable cell and no dead one; prints, either way,
+        what the evaluation measured, cell by cell.
+    """
+    for label, value in (("liftable", liftable), ("dead", dead)):
+        if not (isinstance(value, int | float) and not isinstance(value, bool)
+                and 0 <= value <= 1):
+            raise ValueError(f"{label} must be a share between 0 and 1, got {value!r}")
+    if not dead < liftable:
+        raise ValueError(f"dead ({dead}) must be below liftable ({liftable})")
+    cells = cell_signal(samples).set_index("cell")
+    named = set(_cell_names(prediction, list(cells.index)))
+    share = cells["mixed"] / cells["prompts"]
+    must = set(cells.index[share >= liftable - 1e-9])
+    must_not = set(cells.index[share <= dead + 1e-9])
+    missed = [c for c in cells.index if c in must - named]
+    wrong = [c for c in cells.index if c in must_not & named]
+    rule = (f"A cell is liftable when at least {liftable:.0%} of its prompts are mixed (some "
+            f"answers right, some wrong), dead when at most {dead:.0%} are; a cell in between "
+            f"counts either way.")
+    if not missed and not wrong:
+        print(f"Right: you named all {len(must)} liftable cells and no dead one. {rule}")
+    else:
+        print(f"Not quite. {rule}")
+        for c in missed:
+            row = cells.loc[c]
+            print(f"- you left out {c} (accuracy {row['accuracy']:.0%}): {row['mixed']} of its "
+                  f"{row['prompts']} prompts are mixed, and each of their groups has right "
+                  f"answers to push up and wrong ones to push down")
+        for c in wrong:
+            row = cells.loc[c]
+            print(f"- you named {c} (accuracy {row['accuracy']:.0%}): of its {row['prompts']} "
+                  f"prompts {row['never']} were never solved and {row['always']} always: in "
+                  f"those groups every reward is equal, so every advantage is zero")
+    table = cells.assign(shown=[f"{m}/{p}" + (" *" if c in named else "")
+                                for c, m, p in zip(cells.index, cells["mixed"],
+                                                   cells["prompts"])])
+    grid = table.pivot(index="family", columns="difficulty", values="shown").fillna("")
+    print("\nmixed prompts per cell (* = named by you):")
+    print(grid.to_string())
+    return not missed and not wrong
+
+
+# --------------------------------------------------------------------------------------------
+# a whole step: GRPO built from the learner's pieces against the Trainer
+# --------------------------------------------------------------------------------------------
+
+#: the gradient check's tolerance, per parameter tensor: |got - expected| <= GRAD_ATOL * max(1,
+#: max |expected|) + GRAD_RTOL * |expected|. Not exact, because the Trainer adds the same float32
+#: terms in another order (its forward shares each group's prompt, skips zero-advantage rows and
+#: packs completions by length). On the check's batch the differences stay near 1e-7, a tenth
+#: of the tolerance; a wrong piece (another std, aggregation or sign) moves the gradient by 1e-2
+#: or more.
+GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-6
+
+
+def check_grpo_gradient(advantage_fn: Callable, loss_fn: Callable, *, model=None, tokenizer=None,
+                        dataset=None, seed: int = 3) -> bool:
+    """One GRPO step built from ``advantage_fn`` and ``loss_fn`` against the Trainer's.
+
+    The Trainer of ``preset("grpo", prompts_per_step=4, num_generations=4,
+    max_completion_length=48, seed=seed)`` samples and scores one batch and accumulates its
+    gradient. On a copy of the same weights and the same batch, the learner's step:
+    ``advantage_fn(rewards, num_generations)`` (as :func:`labkit.grpo_minimal.group_advantages`)
+    and ``loss_fn(logp, logp.detach(), advantages, completion_mask, epsilon)`` (as
+    :func:`labkit.grpo_minimal.clipped_token_loss`) on :func:`labkit.grpo_minimal.token_logprobs`,
+    then ``backward``. The advantages are compared first, then every parameter's gradient, within
+    :data:`GRAD_RTOL` and :data:`GRAD_ATOL` (float32 summation order, see there).
+
+    One update per batch, so every ratio is 1 and the clip never acts here: check the clip on
+    random off-policy inputs with :func:`check_function`.
+
+    Args:
+        model, tokenizer: the policy (default: the tiny model, float32 on the CPU).
+        dataset: the training prompts (default: the first 32 of ``medium_cells("train")``).
+        seed: the Trainer's seed, which picks the batch.
+
+    Returns:
+        True if advantages and gradients match; otherwise prints the first difference and returns
+        False. Stubs that raise ``NotImplementedError`` return False with a reminder; any other
+        exception of the learner's functions is re-raised as :class:`LearnerError`.
+    """
+    import copy
+
+    from labkit import grpo_minimal
+    from labkit.config import preset
+    from labkit.models import load_policy
+    from labkit.tasks import medium_cells
+    from labkit.trainer import Trainer
+
+    for label, fn in (("advantage_fn", advantage_fn), ("loss_fn", loss_fn)):
+        if not callable(fn):
+            raise TypeError(f"{label} must be a function, got {type(fn).__name__} {fn!r}")
+    if model is None:
+        model, tokenizer = load_policy("tiny", device="cpu", dtype="float32")
+    dataset = medium_cells("train").select(range(32)) if dataset is None else dataset
+    config = preset("grpo", prompts_per_step=4, num_generations=4, max_completion_length=48,
+                    progress=False, seed=seed)
+    trainer = Trainer(config, model=copy.deepcopy(model), tokenizer=tokenizer,
+                      train_dataset=dataset)
+    batch, _ = trainer.sample_and_score()
+    trainer.compute_advantages(batch)
+    if not bool((batch.sequence_advantages != 0).any()):
+        raise ValueError(f"seed {seed} samples a batch whose groups are all right or all wrong: "
+                         f"no gradient to compare; pick another seed")
+    trainer.model.train()
+    trainer.accumulate_gradients(batch, trainer.rows_with_gradient(batch), batch.loss_mask.sum())
+    expected = {n: p.grad for n, p in trainer.model.named_parameters() if p.grad is not None}
+
+    mine = copy.deepcopy(model).train()
+    mine.zero_grad(set_to_none=True)
+    names = {"advantage_fn": getattr(advantage_fn, "__name__", "advantage_fn"),
+             "loss_fn": getattr(loss_fn, "__name__", "loss_fn")}
+    hints = {"advantage_fn": "gets rewards (N,) and num_generations, returns (N,)",
+             "loss_fn": "gets logp, old_logp, advantages (N,), mask (N, L) and epsilon, returns "
+                        "a scalar loss"}
+
+    def call(which, fn, *args):
+        try:
+            return fn(*args)
+        except NotImplementedError:
+            print(f"Not implemented yet: replace the `raise NotImplementedError` in "
+                  f"`{names[which]}` with your code, run that cell again, then this one.")
+            return None
+        except Exception as err:
+            raise LearnerError(f"`{names[which]}` raised {type(err).__name__}: {err}\nHint: it "
+                               f"{hints[which]}; the traceback above shows the line.") from err
+
+    advantages = call("advantage_fn", advantage_fn, batch.rewards.clone(),
+                      config.num_generations)
+    if advantages is None:
+        return False
+    logp = grpo_minimal.token_logprobs(mine, batch.prompt_ids, batch.prompt_mask,
+                                       batch.completion_ids, batch.completion_mask,
+                                       config.temperature)
+    loss = call("loss_fn", loss_fn, logp, logp.detach(), advantages, batch.completion_mask,
+                config.epsilon)
+    if loss is None:
+        return False
+    if not (isinstance(loss, torch.Tensor) and loss.dim() == 0 and loss.requires_grad):
+        print(f"Not quite: `{names['loss_fn']}` must return a scalar tensor with a gradient, got "
+              f"{_describe(loss)}{'' if getattr(loss, 'requires_grad', False) else ' without one'}"
+              f": average to one number, and detach only old_logp.")
+        return False
+    loss.backward()
+    what = (f"the same batch (the Trainer's {config.prompts_per_step} prompts x "
+            f"{config.num_generations} completions, seed {seed})")
+    got = torch.as_tensor(advantages)
+    if got.shape != batch.sequence_advantages.shape:
+        print(f"Not quite: `{names['advantage_fn']}` returned shape {tuple(got.shape)}, the "
+              f"Trainer's advantages have {tuple(batch.sequence_advantages.shape)} ({what}).")
+        return False
+    worst = _worst(got.detach().to(batch.sequence_advantages.dtype), batch.sequence_advantages,
+                   1e-6, 1e-5)
+    if worst is not None:
+        index = worst[1]
+        print(f"Not quite: your advantages differ from the Trainer's on {what}. Completion "
+              f"{index[0]}: got {_fmt(got[index])}, expected "
+              f"{_fmt(batch.sequence_advantages[index])}; the batch's rewards are "
+              f"{batch.rewards.tolist()}.")
+        return False
+    largest, used = 0.0, 0.0
+    for name, param in mine.named_parameters():
+        if name not in expected:
+            continue
+        want = expected[name]
+        have = torch.zeros_like(want) if param.grad is None else param.grad
+        bound = GRAD_ATOL * max(1.0, want.abs().max().item()) + GRAD_RTOL * want.abs()
+        if not ((have - want).abs() <= bound).all():  # NaN counts as a difference
+            error = (have - want).abs().max().item()
+            print(f"Not quite: your advantages match the Trainer's, but the gradient of `{name}` "
+                  f"differs (max abs error {error:.3g}, its largest entry "
+                  f"{want.abs().max().item():.3g}) on {what}. Check the loss's sign, its "
+                  f"aggregation (each completion's token mean, then the mean over completions) "
+                  f"and its mask.")
+            return False
+        largest = max(largest, (have - want).abs().max().item())
+        used = max(used, ((have - want).abs() / bound).max().item())
+    print(f"Correct! One step of your GRPO gives the Trainer's gradient on {what}: the "
+          f"advantages and all {len(expected)} parameter gradients agree, the largest difference "
+          f"{largest:.1e} ({used:.0%} of the tolerance: float32 sums in another order).")
+    return True

@@ -14,6 +14,9 @@ One step::
 Departures from the paper, the same as the lab's GRPO preset: no KL term (beta = 0, TRL's
 default), one update per batch (so the ratio is exactly 1 and the clip never acts; the gradient
 is REINFORCE's with the group baseline), and AdamW at the tiny model's learning rate.
+
+``train(..., advantage_fn=, loss_fn=)`` swaps in your own versions of the two GRPO-specific
+pieces, :func:`group_advantages` and :func:`clipped_token_loss` (notebook 02, exercise 4).
 """
 
 from __future__ import annotations
@@ -62,15 +65,15 @@ def sample(model, tokenizer, prompts, cfg: MinimalConfig):
     return prompt_ids, prompt_mask, completion_ids, completion_mask, decoded
 
 
-def score(rows: dict, texts: list[str], num_generations: int) -> torch.Tensor:
-    """Rule-checked reward of each completion: accuracy + format (TRL's reward signature)."""
+def score(rows: dict, texts: list[str], num_generations: int):
+    """Rule-checked reward of each completion, accuracy + format (TRL's reward signature).
+    Returns the rewards and, for the log, the accuracy part (1 = right answer), both (N,)."""
     columns = {k: [v for v in values for _ in range(num_generations)]
                for k, values in rows.items()}
     prompts = columns.pop("prompt")
-    total = torch.zeros(len(texts))
-    for fn in (accuracy_reward, format_reward):
-        total += torch.tensor([r or 0.0 for r in fn(prompts, texts, **columns)])
-    return total
+    accuracy, form = (torch.tensor([r or 0.0 for r in fn(prompts, texts, **columns)])
+                      for fn in (accuracy_reward, format_reward))
+    return accuracy + form, accuracy
 
 
 def group_advantages(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
@@ -104,9 +107,11 @@ def clipped_token_loss(logp, old_logp, advantages, mask, epsilon: float) -> torc
     return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)).mean()
 
 
-def train(model, tokenizer, dataset, cfg: MinimalConfig | None = None) -> list[dict]:
+def train(model, tokenizer, dataset, cfg: MinimalConfig | None = None, *,
+          advantage_fn=group_advantages, loss_fn=clipped_token_loss) -> list[dict]:
     """Run GRPO for ``cfg.steps`` steps on ``dataset`` (a ``datasets.Dataset`` with a chat
-    ``prompt`` column and the columns the rewards read); returns one dict of metrics per step."""
+    ``prompt`` column and the columns the rewards read); returns one dict of metrics per step.
+    ``advantage_fn`` and ``loss_fn`` take the arguments of the two functions they replace."""
     cfg = cfg or MinimalConfig()
     torch.manual_seed(cfg.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate)
@@ -120,19 +125,20 @@ def train(model, tokenizer, dataset, cfg: MinimalConfig | None = None) -> list[d
         prompt_ids, prompt_mask, completion_ids, completion_mask, texts = sample(
             model, tokenizer, rows["prompt"], cfg)
         # 2. score them by rule, 3. compare each with its group
-        rewards = score(rows, texts, cfg.num_generations)
-        advantages = group_advantages(rewards, cfg.num_generations)
+        rewards, accuracy = score(rows, texts, cfg.num_generations)
+        advantages = advantage_fn(rewards, cfg.num_generations)
         # 4. one gradient step on the clipped surrogate; the policy that sampled is the current
         #    one, so old_logp = logp.detach(): ratio 1 in value, grad log pi in gradient
         model.train()
         logp = token_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
                               cfg.temperature)
-        loss = clipped_token_loss(logp, logp.detach(), advantages, completion_mask, cfg.epsilon)
+        loss = loss_fn(logp, logp.detach(), advantages, completion_mask, cfg.epsilon)
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         log.append({"step": step + 1, "reward": rewards.mean().item(),
+                    "accuracy": accuracy.mean().item(),
                     "completion_length": completion_mask.sum(-1).float().mean().item(),
                     "loss": loss.item()})
     return log

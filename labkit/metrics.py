@@ -108,6 +108,8 @@ METRICS = {
     "eval_accuracy": "pass@1 on the eval split at the sampling temperature (every eval_every)",
     "eval_pass@k": "fraction of eval prompts solved by at least one of eval_k samples",
     "eval_length": "mean eval completion length",
+    "eval_length_correct": "mean length of the right eval completions (NaN: none right)",
+    "eval_length_wrong": "mean length of the wrong eval completions (NaN: none wrong)",
     "eval_format_rate": "fraction of eval completions in the answer format",
     "eval_truncation": "fraction of eval completions cut at max_completion_length",
 }

@@ -9,13 +9,15 @@ same way:
    signature), plus DAPO's soft overlong penalty and the chosen length reward
    (:mod:`labkit.engine.sampling`, :mod:`labkit.engine.scoring`). With DAPO's dynamic sampling,
    groups whose rewards are all equal are dropped and new prompts are sampled until the batch is
-   full again, for at most ``max_resample_rounds`` extra rounds;
+   full again, for at most ``max_resample_rounds`` extra rounds. The step calls this itself
+   (:meth:`Trainer.sample_and_score`); with ``max_staleness = k > 0`` a producer
+   (:class:`labkit.offpolicy.BatchSource`) samples k steps ahead and hands over a stamped batch;
 3. **score forwards** without gradient (:func:`labkit.engine.forward.score_forwards`), only
    those the configuration needs: the behaviour
    policy's log-probs when the update is off-policy (``num_iterations > 1`` or several
    mini-batches) or when the sampler/trainer mismatch is corrected (:mod:`labkit.tricks.mismatch`,
    ``sampling_dtype``), the frozen reference's when ``beta != 0`` (with LoRA, the policy with
-   its adapters disabled: :mod:`labkit.scale.lora`), the critic's values for PPO;
+   its adapters disabled: :mod:`labkit.engine.lora`), the critic's values for PPO;
 4. **advantages**: the registered estimator (:data:`labkit.advantages.ESTIMATOR_REGISTRY`: GRPO,
    GDPO, RLOO, ReMax, OPO, GAE with the critic, or turn-level GRPO over an episode's turns:
    :mod:`labkit.advantages.turn_level`), or GFPO's filtered groups
@@ -56,7 +58,6 @@ Where this departs from the papers and from TRL's ``GRPOTrainer`` (and why):
 from __future__ import annotations
 
 import dataclasses
-import math
 import random
 import time
 from dataclasses import dataclass
@@ -67,9 +68,9 @@ import torch
 
 from labkit.advantages import AdvantageInputs, Estimator, get_estimator, kl_penalized_rewards
 from labkit.agents.episodes import checked_environment_factory
-from labkit.config import TrainConfig
-from labkit.decode import decode_settings, plan_decoding
-from labkit.engine.checkpoint import RESUMABLE_CHANGES, restore_trainer, save_trainer
+from labkit.config import RESUMABLE_CHANGES, TrainConfig
+from labkit.decode import plan_decoding
+from labkit.engine.checkpoint import restore_trainer, save_trainer
 from labkit.engine.forward import (
     completion_logprobs_and_entropy,
     completion_values,
@@ -87,13 +88,7 @@ from labkit.engine.run_control import (
     step_rewind,
     terminate_as_interrupt,
 )
-from labkit.engine.sampling import (
-    SamplingInputs,
-    greedy_rewards,
-    sample_round,
-    synced_sampling_model,
-)
-from labkit.engine.scoring import sampling_metrics
+from labkit.engine.sampling import Sampling, SamplingInputs, greedy_rewards
 from labkit.engine.setup import (
     frozen_copy,
     make_optimizer,
@@ -103,6 +98,7 @@ from labkit.engine.setup import (
 )
 from labkit.evaluate import eval_metrics, evaluate
 from labkit.experience import Experience
+from labkit.finetune.ptx import PTXData, ptx_nll
 from labkit.losses import (
     LOCAL_AGGREGATIONS,
     LossType,
@@ -114,16 +110,14 @@ from labkit.losses import (
 )
 from labkit.metrics import METRICS, TIMING_COLUMNS, StepStats
 from labkit.models import ValueModel, attention_kernels
-from labkit.offpolicy import correct_batch, make_producer
+from labkit.offpolicy import BatchSource, correct_batch, make_producer
 from labkit.rewards import accuracy_reward
 from labkit.rewards.environment import check_environment_rewards
 from labkit.runtime.seeds import seed_offset, shifted_seed
-from labkit.tricks.filters import AdaptiveGFPO, dynamic_sampling_mask, gfpo_advantages, gfpo_filter
+from labkit.tricks.filters import AdaptiveGFPO, gfpo_advantages, gfpo_filter
 from labkit.tricks.prompt_sampling import make_sampler
-from labkit.tricks.ptx import PTXData, ptx_nll
 from labkit.tricks.reference import StallTrigger, move_reference, reset_reference
-from labkit.tricks.temperature import temperature_at
-from labkit.tricks.token_filters import token_filters, top_entropy_mask
+from labkit.tricks.token_filters import token_filters
 
 
 @dataclass
@@ -211,8 +205,13 @@ class Trainer:
         self.optimizer_steps = 0  # TR-DPO syncs the reference every ref_model_sync_steps of them
         self.stall = StallTrigger(cfg.ref_reset_patience)  # ProRL's reset when eval stalls
         self.temperature = cfg.temperature  # the current step's (temperature_schedule)
-        # the sampler: this step's batch, or k steps ahead of the trainer (labkit.offpolicy)
-        self.producer = make_producer(self)
+        # what a batch is sampled and scored with (the same objects as above, not copies)
+        self.sampling = Sampling(cfg, self.model, self.sampling_model, self.tokenizer,
+                                 self.reward_funcs, self.reward_names, self.train_dataset,
+                                 self.environment_factory, self.device, self.sampler,
+                                 self.generator)
+        # k > 0: a producer samples k steps ahead through it (labkit.offpolicy); k = 0: None
+        self.producer: BatchSource | None = make_producer(cfg, self.sampling)
         if cfg.resume_from:
             self.load_checkpoint(cfg.resume_from)
 
@@ -272,8 +271,9 @@ class Trainer:
             self._on_interrupt()
         finally:
             bar.close()
-            with self.guard.absorbing():  # a second Ctrl-C cannot cut the sampler's stop short
-                self.producer.close()
+            if self.producer is not None:
+                with self.guard.absorbing():  # a second Ctrl-C cannot cut the thread's stop short
+                    self.producer.close()
             self.model.eval()
         return TrainResult(self.model, self.tokenizer, self.history, self.eval_history,
                            interrupted, self)
@@ -320,14 +320,11 @@ class Trainer:
         print(f"Training interrupted at step {self.step}: history and weights of step "
               f"{self.step} kept{where}.")
 
-    def decoding(self):
-        """The run's sampler settings (``decode_path``, ``cuda_graphs``) around a sampling call:
-        every generate the trainer makes (steps, evaluations, episodes) decodes with them."""
-        return decode_settings(self.config.decode_path, self.config.cuda_graphs)
-
     def training_step(self) -> dict:
-        """Sample, score, compute advantages and update once; returns the step's metrics row."""
-        with self.decoding():
+        """Sample, score, compute advantages and update once; returns the step's metrics row.
+        Every generate of the step (sampling, ReMax's greedy baseline, episodes) decodes with the
+        run's settings (``decode_path``, ``cuda_graphs``)."""
+        with self.sampling.decoding():
             return self._training_step()
 
     def _training_step(self) -> dict:
@@ -335,12 +332,16 @@ class Trainer:
         start = time.perf_counter()
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
-        self.temperature = temperature_at(self.step, cfg.max_steps, cfg.temperature,
-                                          cfg.temperature_final, cfg.temperature_schedule)
-        stamped = self.producer.next(self)                   # 1-2, k steps ahead (offpolicy)
-        batch, row, self.temperature = stamped.batch, stamped.row, stamped.temperature
+        self.temperature = self.sampling.temperature_at(self.step)
+        if self.producer is None:                            # 1-2, by this step's weights
+            batch, row = self.sample_and_score()
+            staleness = 0
+        else:                                                # 1-2, k steps ahead (offpolicy)
+            stamped = self.producer.next(self.step)
+            batch, row, self.temperature = stamped.batch, stamped.row, stamped.temperature
+            staleness = self.step - stamped.version
         row.update(self.score_forwards(batch))               # 3
-        row.update(correct_batch(batch, cfg, self.step - stamped.version))
+        row.update(correct_batch(batch, cfg, staleness))
         row.update(self.compute_advantages(batch))           # 4
         learning_rate = self.optimizer.param_groups[0]["lr"]
         with self.guard:                                     # 5, never half applied
@@ -362,61 +363,14 @@ class Trainer:
 
     # ---- 1-2. sample and score -------------------------------------------------------------------
     def sample_and_score(self) -> tuple[Experience, dict]:
-        """Sample prompts_per_step prompts x G completions and score them
-        (:func:`labkit.engine.sampling.sample_round`); with DAPO's dynamic sampling, groups whose
-        rewards are all equal are dropped and new prompts sampled until the batch is full, for at
-        most max_resample_rounds extra rounds. Returns the batch and the sampling metrics."""
-        cfg, num_generations = self.config, self.config.num_generations
-        kept, produced = [], []
-        needed, rounds, dropped, generation_time = cfg.prompts_per_step, 0, 0, 0.0
-        inputs = self.sampling_inputs()
-        sampling_model = synced_sampling_model(self.model, self.sampling_model)
-        while True:
-            batch, round_, seconds = sample_round(inputs, self.sampler.take(needed),
-                                                  sampling_model, self.sampler, self.generator)
-            produced.append(round_)
-            generation_time += seconds
-            if not cfg.dynamic_sampling:
-                kept.append(batch)
-                break
-            informative = dynamic_sampling_mask(batch.rewards, num_generations)
-            kept.append(batch.select(informative.repeat_interleave(num_generations)))
-            dropped += int((~informative).sum())
-            needed -= int(informative.sum())
-            if needed <= 0 or rounds == cfg.max_resample_rounds:
-                break
-            rounds += 1
-        return self.assemble_batch(kept, produced, generation_time, dropped, rounds)
-
-    def assemble_batch(self, kept: list[Experience], produced: list, generation_time: float,
-                       dropped: int = 0, rounds: int = 0) -> tuple[Experience, dict]:
-        """The step's batch from sampled parts (``kept``: the groups it trains; ``produced``: the
-        :class:`~labkit.engine.scoring.SampledRound` s its sampling columns describe) and its
-        sampling metrics; :meth:`sample_and_score` and the admission clock's sampler
-        (:mod:`labkit.offpolicy.admission`) both end here, and the prompt sampler hears that one
-        more training step's batch is complete (the curriculum's schedule)."""
-        cfg, num_generations = self.config, self.config.num_generations
-        self.sampler.end_batch()  # one training step's batch, whatever its sampling rounds
-        batch = Experience.cat(kept).select(slice(0, cfg.prompts_per_step * num_generations))
-        if cfg.mask_truncated_completions:
-            batch.loss_mask = batch.loss_mask * ~batch.truncated[:, None]
-        if cfg.top_entropy_quantile < 1:
-            batch.token_weights = top_entropy_mask(batch.sample_entropy, batch.loss_mask,
-                                                   cfg.top_entropy_quantile).float()
-        row = sampling_metrics(produced, self.reward_names, num_generations, self.temperature)
-        real = batch.loss_mask.bool() & ~batch.demonstrations[:, None]
-        row["entropy_high_frac"] = float(
-            (batch.sample_entropy[real] > cfg.entropy_threshold).float().mean()) \
-            if real.any() else math.nan
-        row.update(groups_dropped=dropped, resample_rounds=rounds,
-                   generation_time=generation_time)
-        return batch, row
+        """Sample prompts_per_step prompts x G completions with the current weights at this
+        step's temperature and score them (:meth:`labkit.engine.sampling.Sampling.batch`, with
+        DAPO's dynamic sampling's rounds). Returns the batch and the sampling metrics."""
+        return self.sampling.batch(self.temperature)
 
     def sampling_inputs(self) -> SamplingInputs:
         """What sampling and scoring read from this run, at this step's temperature."""
-        return SamplingInputs(self.config, self.model, self.tokenizer, self.reward_funcs,
-                              self.train_dataset, self.environment_factory, self.temperature,
-                              self.device)
+        return self.sampling.inputs(self.temperature)
 
     # ---- 3. score forwards -----------------------------------------------------------------------
     def score_forwards(self, batch: Experience) -> dict:
@@ -572,7 +526,7 @@ class Trainer:
         return True
 
     def accumulate_ptx_gradients(self, examples, stats: StepStats | None = None) -> bool:
-        """Backward ``ptx_coef`` x the token-mean NLL of ``examples`` (:func:`labkit.tricks.ptx.ptx_nll`)
+        """Backward ``ptx_coef`` x the token-mean NLL of ``examples`` (:func:`labkit.finetune.ptx.ptx_nll`)
         into ``.grad``, on top of the RL gradient of the same optimizer step (InstructGPT's
         PPO-ptx, arXiv 2203.02155 eq. 2). Logs ``ptx_loss``; returns False if it is not finite."""
         nll = ptx_nll(self.model, self.tokenizer, examples)
@@ -598,13 +552,14 @@ class Trainer:
         cfg = self.config
         if self.eval_dataset is None:
             raise ValueError("no eval dataset: pass eval_dataset or set eval_every > 0")
-        with self.decoding():
-            table = evaluate(self.model, self.tokenizer, self.eval_dataset, k=cfg.eval_k,
-                             temperature=cfg.eval_temperature or cfg.temperature,
-                             max_completion_length=cfg.max_completion_length, seed=cfg.seed,
-                             environment_factory=self.environment_factory,
-                             max_tool_calling_iterations=cfg.max_tool_calling_iterations)
-        return eval_metrics(table)
+        with self.sampling.decoding():  # the run's decode settings, as the steps'
+            table, samples = evaluate(
+                self.model, self.tokenizer, self.eval_dataset, k=cfg.eval_k,
+                temperature=cfg.eval_temperature or cfg.temperature,
+                max_completion_length=cfg.max_completion_length, seed=cfg.seed,
+                return_samples=True, environment_factory=self.environment_factory,
+                max_tool_calling_iterations=cfg.max_tool_calling_iterations)
+        return eval_metrics(table, samples)
 
     def save_checkpoint(self, directory=None) -> Path:
         """Save everything needed to resume, atomically; default ``output_dir/checkpoint-<step>``."""

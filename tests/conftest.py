@@ -14,29 +14,29 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 
-#: Seconds each long-running file takes on one worker (2-core reference machine, measured with
+#: Seconds each long-running file takes on one worker (the 2-core CI machine, measured with
 #: ``pytest --durations`` and ``python -m labkit section_times``). The suite runs these first,
 #: longest first, so that two workers finish together instead of one running the longest file
 #: alone at the end (``--dist loadfile --no-loadscope-reorder`` in pyproject.toml keeps this
 #: order). A new file that takes more than a minute belongs here.
 LONG_FILES = {
-    "notebooks/08_rewards_data.ipynb": 395,
-    "notebooks/07_exploration.ipynb": 244,
-    "notebooks/06_gfpo_length.ipynb": 234,
-    "notebooks/09_scaling_up.ipynb": 226,
-    "notebooks/01_ppo.ipynb": 180,
-    "notebooks/05_gspo.ipynb": 179,
-    "tests/test_browser.py": 165,
-    "notebooks/10_agents.ipynb": 147,
-    "notebooks/11_async.ipynb": 153,
-    "notebooks/04_dapo.ipynb": 138,
+    "notebooks/08_rewards_data.ipynb": 199,
     "tests/test_fuzz_round2.py": 120,
-    "tests/test_hub.py": 110,
-    "notebooks/02_grpo.ipynb": 92,
-    "notebooks/03_baselines.ipynb": 79,
-    "tests/test_check.py": 30,
+    "notebooks/07_exploration.ipynb": 118,
+    "notebooks/06_gfpo_length.ipynb": 109,
+    "notebooks/09_scaling_up.ipynb": 109,
+    "notebooks/01_ppo.ipynb": 106,
+    "notebooks/05_gspo.ipynb": 100,
+    "tests/test_browser.py": 80,
+    "notebooks/10_agents.ipynb": 69,
+    "notebooks/04_dapo.ipynb": 69,
+    "notebooks/02_grpo.ipynb": 90,
+    "notebooks/11_async.ipynb": 57,
     "tests/test_real_shapes.py": 55,
+    "tests/test_hub.py": 50,
     "tests/test_trl_compat.py": 50,
+    "notebooks/03_baselines.ipynb": 48,
+    "tests/test_check.py": 30,
 }
 
 

@@ -781,7 +781,12 @@ def measure_cispo_cap(v: Verl) -> Convention:
         f"labkit/TRL `epsilon_high` = 1 + verl `clip_ratio_high` (verl {eps} is labkit "
         f"{1 + eps}); the paper writes the cap as 1 + eps_high, and TRL recommends "
         "`epsilon_high=5.0`. An `epsilon_high` below 1 caps every weight below 1 and shrinks "
-        "every gradient: the 0.2 that is right for verl is a fivefold shrink in labkit.",
+        "every gradient: the 0.2 that is right for verl is a fivefold shrink in labkit. "
+        "labkit keeps TRL's meaning, one field read per loss as TRL reads it: for "
+        "`loss_type='cispo'` `epsilon_high` is the absolute cap on the weight, for the clipped "
+        "losses the upper band's half-width (ratio <= 1 + `epsilon_high`); "
+        "`TrainConfig.upper_clip` resolves its None (= `epsilon`) once, and a TRL CISPO config "
+        "carries over unchanged.",
     )
 
 

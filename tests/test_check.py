@@ -101,6 +101,16 @@ def test_the_committed_manifest_matches_the_shipped_data():
     assert not any(rel.startswith("runs/") for rel in listed)
 
 
+def test_the_data_row_names_the_lab_folder_without_the_machines_path(tmp_path):
+    """Notebook 00 commits the check's output: the lab's data folder is printed relative to the
+    repository, never as the absolute path of the machine that ran it; a folder elsewhere
+    ($LABKIT_DATA) is printed as given."""
+    row = check.check_data(DATA)
+    assert "files in data/ match" in row.detail and str(ROOT) not in row.detail
+    elsewhere = _copy_data(tmp_path)
+    assert f"files in {elsewhere}/ match" in check.check_data(elsewhere).detail
+
+
 def test_write_manifest_is_sha256sum_format_sorted_and_skips_runs_and_hidden_files(tmp_path):
     data = tmp_path / "data"
     (data / "models" / "m").mkdir(parents=True)

@@ -102,3 +102,33 @@ def test_each_command_answers_help(command):
 def test_the_dotted_form_runs_too():
     done = run(COMMANDS["check"], "--help")
     assert done.returncode == 0 and "usage:" in done.stdout, done.stderr[-2000:]
+
+
+def test_where_prints_the_file_and_line_of_every_registered_method():
+    """``python -m labkit where NAME`` answers for every name of every registry (loss types,
+    estimators, named rewards, config rules): the line it prints opens the registered code."""
+    from labkit.commands.where import registrations, where
+
+    for kind, table in registrations().items():
+        for name, code in table.items():
+            (found,) = [p for p in where(name) if p.kind == kind]
+            line = (ROOT / found.file).read_text().splitlines()[found.line - 1]
+            assert line.startswith((f"def {code.__name__}(", f"class {code.__name__}")), \
+                (kind, name, found.file, line)
+
+
+def test_where_grpo_names_the_loss_and_the_estimator(capsys):
+    assert main(["where", "grpo"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [row.split()[1:3] for row in out] == [["loss_type", "'grpo'"],
+                                                 ["advantage_estimator", "'grpo'"]]
+    assert out[0].startswith("labkit/losses/clipped.py:")
+    assert out[1].startswith("labkit/advantages/grpo.py:")
+
+
+def test_where_refuses_an_unknown_name_listing_the_known_ones(capsys):
+    assert main(["where", "grpoo"]) == 2
+    err = capsys.readouterr().err
+    assert "no registered method is called 'grpoo'" in err
+    for known in ("loss_type: cispo, grpo", "advantage_estimator: grpo", "accuracy", "gdpo"):
+        assert known in err

@@ -179,3 +179,41 @@ def test_every_field_has_its_range_beside_it():
                       ("kl_estimator", "k4"), ("sapo_temperature_pos", 0.0)):
         with pytest.raises(ValueError, match=f"^{name} must be"):
             setattr(config, name, bad)
+
+
+def test_every_field_is_one_declaration_and_its_readers_derive_from_it():
+    """Range, doc, TRL bridge, resumable and kind live in the field's declaration; the bridge's
+    tables, RESUMABLE_CHANGES and the generic fields are read from it, not kept beside it."""
+    from labkit.config import FIELDS, GENERIC_FIELDS, RESUMABLE_CHANGES
+    from labkit.config.knobs import KINDS, TABLES
+    from labkit.trl_bridge import DERIVED_FIELDS, LAB_ONLY, NOT_CARRIED, SHARED_FIELDS
+
+    assert list(FIELDS) == [f.name for f in dataclasses.fields(TrainConfig)]
+    for name, k in FIELDS.items():
+        assert k.trl.table in TABLES and k.kind in KINDS and k.doc == FIELD_DOCS[name]
+    tables = {"shared": SHARED_FIELDS, "derived": DERIVED_FIELDS, "lab_only": LAB_ONLY,
+              "not_carried": NOT_CARRIED}
+    for table, derived in tables.items():
+        assert set(derived) == {n for n, k in FIELDS.items() if k.trl.table == table}
+    assert SHARED_FIELDS["epsilon_high"] == "epsilon_high"
+    assert {"max_steps", "device", "micro_batch_size"} <= RESUMABLE_CHANGES
+    assert "seed" not in RESUMABLE_CHANGES and "seed" in GENERIC_FIELDS
+    assert "loss_type" not in GENERIC_FIELDS
+
+
+def test_epsilon_high_none_is_resolved_once():
+    """TRL's rule "epsilon_high=None means epsilon" is written once (labkit.losses.upper_clip)
+    and a config resolves it as ``upper_clip``; the field keeps TRL's None."""
+    import re
+    from pathlib import Path
+
+    assert TrainConfig().epsilon_high is None and TrainConfig().upper_clip == 0.2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert preset("dapo").upper_clip == 0.28
+    cispo = TrainConfig(loss_type="cispo", epsilon_high=5.0)  # TRL's meaning: the weight's cap
+    assert cispo.upper_clip == cispo.epsilon_high == 5.0
+    rule = re.compile(r"epsilon\w* if \w*\.?epsilon_high is None")
+    root = Path(__file__).resolve().parents[1] / "labkit"
+    copies = [str(p.relative_to(root)) for p in root.rglob("*.py") if rule.search(p.read_text())]
+    assert copies == ["losses/clipped.py"]

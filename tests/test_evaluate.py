@@ -6,7 +6,7 @@ import math
 import pytest
 
 from labkit.agents.guessing import GuessingEnv, guessing_dataset
-from labkit.evaluate import evaluate, prompt_solve_rates, sample_answers, summarize
+from labkit.evaluate import eval_metrics, evaluate, prompt_solve_rates, sample_answers, summarize
 from labkit.models import load_policy
 from labkit.rewards import RewardFunctionError
 from labkit.tasks import FAMILIES, load_split
@@ -77,6 +77,24 @@ def test_summarize_and_solve_rates_by_hand():
     assert table.loc[("all", "all"), "length"] == 25
     rates = prompt_solve_rates(samples)
     assert rates["a"] == 1.0 and rates["b"] == 0.5
+
+
+def test_eval_lengths_split_by_right_and_wrong_answers():
+    """Right answers average their own lengths, wrong ones theirs; partial credit and unjudged
+    answers count in neither, and a side with no answers is NaN, not 0."""
+    import pandas as pd
+
+    samples = pd.DataFrame({
+        "id": ["a", "a", "b", "b", "c"], "family": ["add"] * 5, "difficulty": [1] * 5,
+        "sample": [0, 1, 0, 1, 0], "correct": [1.0, 0.0, 0.0, 0.5, math.nan],
+        "formatted": [1.0] * 5, "length": [10, 30, 50, 70, 90], "truncated": [False] * 5,
+        "text": [""] * 5,
+    })
+    row = eval_metrics(summarize(samples), samples)
+    assert row["eval_length_correct"] == 10 and row["eval_length_wrong"] == 40
+    none_right = samples.assign(correct=0.0)
+    assert math.isnan(eval_metrics(summarize(none_right), none_right)["eval_length_correct"])
+    assert "eval_length_wrong" not in eval_metrics(summarize(samples))
 
 
 # ---- what evaluation groups by, and what it reads as accuracy ---------------------------------

@@ -292,3 +292,98 @@ def test_check_prediction_names_bad_input():
         check_prediction("up", frame, frame, "reward", tolerance=float("inf"))
     with pytest.raises(TypeError, match="changed must be a TrainResult"):
         check_prediction("up", frame, [1, 2], "reward")
+
+
+# ---- reading an evaluation: which cells can RL lift? (notebook 00, exercise 2) ----------------
+
+
+def _evaluation(counts: dict, samples_per_prompt: int = 8):
+    """A per-sample frame like ``evaluate(..., return_samples=True)``'s: ``counts`` maps a cell
+    (family, difficulty) to each of its prompts' number of right answers."""
+    import pandas as pd
+
+    rows = []
+    for (family, difficulty), rights in counts.items():
+        for p, right in enumerate(rights):
+            for s in range(samples_per_prompt):
+                rows.append({"id": f"{family}-{difficulty}-{p}", "family": family,
+                             "difficulty": difficulty, "correct": float(s < right)})
+    return pd.DataFrame(rows)
+
+
+# add d1: 8 of 10 prompts mixed (liftable); add d2: 5 of 10 (either way); mul d3: 2 of 10 mixed,
+# 8 never solved (dead); sort d1: 2 mixed, 8 always solved (dead: no headroom)
+CELLS = {("add", 1): [1] * 8 + [0, 8], ("add", 2): [4] * 5 + [0] * 5,
+         ("mul", 3): [1, 7] + [0] * 8, ("sort", 1): [3, 5] + [8] * 8}
+
+
+def test_cell_signal_counts_never_always_and_mixed_prompts():
+    from labkit.exercises import cell_signal
+
+    samples = _evaluation(CELLS)
+    samples.loc[0, "correct"] = float("nan")  # unjudged counts as wrong: add d1's first prompt
+    cells = cell_signal(samples).set_index("cell")
+    assert list(cells.index) == ["add d1", "add d2", "mul d3", "sort d1"]
+    assert cells.loc["add d1", ["prompts", "never", "always", "mixed"]].tolist() == [10, 2, 1, 7]
+    assert cells.loc["sort d1", ["never", "always", "mixed"]].tolist() == [0, 8, 2]
+    assert cells.loc["mul d3", "accuracy"] == pytest.approx(8 / 80)
+    # the heat map's accuracy is the mean over the cell's answers
+    assert cells.loc["add d2", "accuracy"] == pytest.approx(20 / 80)
+
+
+def test_check_liftable_cells_needs_the_liftable_and_refuses_the_dead(capsys):
+    from labkit.exercises import check_liftable_cells
+
+    samples = _evaluation(CELLS)
+    assert check_liftable_cells(["add d1"], samples)
+    out = capsys.readouterr().out
+    assert out.startswith("Right: you named all 1 liftable cells and no dead one.")
+    assert "8/10 *" in out and "5/10" in out  # the grid of mixed prompts, the named cell starred
+    assert check_liftable_cells([("add", 1), "add  d2"], samples)  # in between: either way
+    capsys.readouterr()
+    assert not check_liftable_cells(["add d2"], samples)
+    assert "you left out add d1 (accuracy 20%): 8 of its 10 prompts are mixed" \
+        in capsys.readouterr().out
+    assert not check_liftable_cells(["add d1", "sort d1"], samples)
+    out = capsys.readouterr().out
+    assert "you named sort d1 (accuracy 90%): of its 10 prompts 0 were never solved and 8 always" \
+        in out
+    # the thresholds decide: at liftable=0.9 add d1 (0.8) may be left out
+    assert check_liftable_cells([], samples, liftable=0.9)
+    capsys.readouterr()
+
+
+def test_check_liftable_cells_names_bad_input():
+    from labkit.exercises import check_liftable_cells
+
+    samples = _evaluation(CELLS)
+    with pytest.raises(ValueError, match=r"'add d9' is not a cell of this evaluation.*'sort d1'"):
+        check_liftable_cells(["add d9"], samples)
+    with pytest.raises(TypeError, match="a list of cells"):
+        check_liftable_cells("add d1", samples)
+    with pytest.raises(ValueError, match="dead .* must be below liftable"):
+        check_liftable_cells([], samples, liftable=0.3, dead=0.5)
+    with pytest.raises(ValueError, match="samples needs the columns \\['correct'\\]"):
+        check_liftable_cells([], samples.drop(columns="correct"))
+
+
+def test_notebook_00_solutions_pass_their_checks(capsys):
+    """The reference solutions of notebook 00: pass@k against labkit's on inputs that reach the
+    float overflow, and the prediction, whose rule (accuracy between about 10% and 90%) holds
+    on a synthetic evaluation with the same shape of cells."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    from labkit.evaluate import pass_at_k
+    from labkit.exercises import random_pass_counts
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "notebooks"))
+    try:
+        solutions = importlib.import_module("solutions.00_tour")
+    finally:
+        sys.path.pop(0)
+    assert check_function(solutions.pass_at_k, pass_at_k, random_pass_counts, n_trials=40,
+                          check_grad=False)
+    assert all(isinstance(c, str) and " d" in c for c in solutions.LIFTABLE_CELLS)
+    capsys.readouterr()

@@ -1,6 +1,7 @@
-"""The method packages import in one direction: no module of ``labkit.losses`` or
-``labkit.advantages`` imports, at the top or inside a function, a module that imports it back.
-A circle hidden in a function is one import order away from a half-initialised module."""
+"""The packages import in one direction: no module of ``labkit.losses`` or ``labkit.advantages``
+imports, at the top or inside a function, a module that imports it back (a circle hidden in a
+function is one import order away from a half-initialised module), and the configuration stands
+above the methods it reads."""
 
 import ast
 from pathlib import Path
@@ -62,3 +63,38 @@ def test_no_module_of_labkit_imports_one_that_imports_it_back():
                for p in LABKIT.rglob("*.py") if p.stem != "__init__"}
     graph = {name: imports_of(path) & set(modules) for name, path in modules.items()}
     assert circle(graph) is None, " -> ".join(circle(graph))
+
+
+def room_of(module: str) -> str:
+    """The room of a ``labkit.X...`` module name: the top-level folder or file ``X``."""
+    return module.split(".")[1]
+
+
+def test_the_config_stands_above_the_methods_it_reads():
+    """``labkit.config`` imports the method rooms to read their menus, settings and rules; the
+    methods declare those through ``labkit.plugins``. So no module of a room that the config
+    reaches (its imports, room to room: ``losses/``, ``advantages/``, ``rewards/``, ``tricks/``,
+    ``engine/``, ``offpolicy/``...) imports ``labkit.config``: that import would run back up, and
+    the config would need a lazy loader to dodge the circle. The rooms above it (the trainer,
+    the doctor, the commands, the TRL bridge, ``scale/``, ``viz/``, ``widgets/``) may. And
+    ``labkit/config/__init__.py`` loads plainly: it defines no ``__getattr__``."""
+    rooms: dict[str, set[str]] = {}
+    files: dict[str, list[Path]] = {}
+    for path in LABKIT.rglob("*.py"):
+        room = path.relative_to(LABKIT).parts[0].removesuffix(".py")
+        files.setdefault(room, []).append(path)
+        rooms.setdefault(room, set()).update(map(room_of, imports_of(path)))
+    below, todo = set(), ["config"]
+    while todo:
+        for room in rooms.get(todo.pop(), ()):
+            if room not in below | {"config"}:
+                below.add(room)
+                todo.append(room)
+    assert {"plugins", "losses", "advantages", "rewards", "tricks"} <= below
+    upward = sorted(f"{path.relative_to(LABKIT.parent)} imports {name}"
+                    for room in below for path in files[room]
+                    for name in imports_of(path) if room_of(name) == "config")
+    assert not upward, "\n".join(upward)
+    tree = ast.parse((LABKIT / "config" / "__init__.py").read_text())
+    assert "__getattr__" not in {node.name for node in tree.body
+                                 if isinstance(node, ast.FunctionDef)}

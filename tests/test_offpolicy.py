@@ -41,28 +41,82 @@ def base(random_tiny):
 
 
 # ---- the producer ---------------------------------------------------------------------------------
-def test_max_staleness_zero_is_todays_trainer_bit_for_bit(base, monkeypatch):
-    """k = 0 goes through the producer; the same run with the producer bypassed (the trainer's
-    own sample_and_score, as before the producer existed) gives the identical history."""
-    ours = make_trainer(base, max_steps=3).train().history
+def test_max_staleness_zero_is_todays_trainer_bit_for_bit(base):
+    """k = 0 has no producer: the step samples its own batch. The same run through the
+    deterministic producer at k = 0, and through a hand-written BatchSource (sample, then train),
+    gives the identical history."""
+    from labkit.offpolicy import AheadSampler, StampedBatch
 
-    from labkit.offpolicy import staleness
+    class SampleThenTrain:  # a BatchSource by hand: the synchronous loop
+        def __init__(self, sampling):
+            self.sampling = sampling
 
-    class Direct:  # the trainer's step before labkit.offpolicy: sample, then train
-        samples_in_thread = False
-
-        def next(self, trainer):
-            batch, row = trainer.sample_and_score()
-            return staleness.StampedBatch(batch, row, trainer.step, trainer.temperature)
+        def next(self, step):
+            temperature = self.sampling.temperature_at(step)
+            batch, row = self.sampling.batch(temperature)
+            return StampedBatch(batch, row, step, temperature)
 
         snapshot = restore = close = (lambda self, *a: None)
 
-    monkeypatch.setattr("labkit.trainer.make_producer", lambda trainer: Direct())
-    before = make_trainer(base, max_steps=3).train().history
     timing = ["step_time", "tokens_per_second", "generation_time", "peak_memory_mb"]
-    pd_ours, pd_before = ours.drop(columns=timing), before.drop(columns=timing)
-    assert list(pd_ours.columns) == list(pd_before.columns)
-    assert pd_ours.equals(pd_before)
+    histories = []
+    for producer in (None, lambda s: AheadSampler(s, 0), SampleThenTrain):
+        trainer = make_trainer(base, max_steps=3)
+        assert trainer.producer is None
+        if producer is not None:
+            trainer.producer = producer(trainer.sampling)
+        histories.append(trainer.train().history.drop(columns=timing))
+    ours, *others = histories
+    for other in others:
+        assert list(ours.columns) == list(other.columns)
+        assert ours.equals(other)
+
+
+def test_the_synchronous_step_builds_no_producer(base, monkeypatch):
+    """max_staleness = 0 (deterministic, whole batches): the trainer samples each step's batch
+    itself (Trainer.sample_and_score); no producer of labkit.offpolicy is built or called."""
+    from labkit.offpolicy import AdmissionSampler, AheadSampler, OverlappedSampler
+    from labkit.offpolicy.partial import PartialRolloutSampler
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError(f"the synchronous trainer built a {type(self).__name__}")
+
+    for producer in (AheadSampler, OverlappedSampler, AdmissionSampler, PartialRolloutSampler):
+        monkeypatch.setattr(producer, "__init__", refuse)
+    trainer = make_trainer(base, max_steps=2)
+    sampled = []
+    sample = trainer.sample_and_score
+    trainer.sample_and_score = lambda: sampled.append(trainer.step) or sample()
+    history = trainer.train().history
+    assert trainer.producer is None and sampled == [0, 1] and len(history) == 2
+    assert "staleness" not in history
+
+
+def test_offpolicy_reads_no_trainer_attribute():
+    """labkit.offpolicy meets the trainer only through BatchSource: no module of it names a
+    trainer (a parameter, a variable, an attribute read such as ``trainer.step``) or imports
+    labkit.trainer; its producers sample through the Sampling they are built with."""
+    import ast
+    from pathlib import Path
+
+    import labkit.offpolicy
+
+    folder = Path(labkit.offpolicy.__file__).parent
+    found = []
+    for path in sorted(folder.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            where = f"{path.name}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.Name) and "trainer" in node.id.lower():
+                found.append(f"{where} name {node.id}")
+            elif isinstance(node, ast.arg) and "trainer" in node.arg.lower():
+                found.append(f"{where} parameter {node.arg}")
+            elif isinstance(node, ast.Attribute) and "trainer" in node.attr.lower():
+                found.append(f"{where} attribute {node.attr}")
+            elif "labkit.trainer" in (
+                    [node.module] if isinstance(node, ast.ImportFrom)
+                    else [a.name for a in node.names] if isinstance(node, ast.Import) else []):
+                found.append(f"{where} imports labkit.trainer")
+    assert not found, found
 
 
 @pytest.mark.parametrize("k", [1, 2])
@@ -71,9 +125,9 @@ def test_step_t_trains_the_batch_sampled_at_step_t_minus_k(base, k):
     stamps = []
     producer_next = trainer.producer.next
 
-    def spy(t):
-        stamped = producer_next(t)
-        stamps.append((t.step, stamped.version))
+    def spy(step):
+        stamped = producer_next(step)
+        stamps.append((step, stamped.version))
         return stamped
 
     trainer.producer.next = spy

@@ -37,9 +37,9 @@ def test_a_two_step_stale_calculator_run_trains_and_stamps_versions(tool_model):
     seen = []
     producer_next = trainer.producer.next
 
-    def spy(t):
-        stamped = producer_next(t)
-        seen.append((t.step, stamped))
+    def spy(step):
+        stamped = producer_next(step)
+        seen.append((step, stamped))
         return stamped
 
     trainer.producer.next = spy

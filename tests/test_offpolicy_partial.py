@@ -47,9 +47,9 @@ def spy_batches(trainer):
     seen = []
     producer_next = trainer.producer.next
 
-    def spy(t):
-        stamped = producer_next(t)
-        seen.append((t.step, stamped, copy.deepcopy(t.model)))
+    def spy(step):
+        stamped = producer_next(step)
+        seen.append((step, stamped, copy.deepcopy(trainer.model)))
         return stamped
 
     trainer.producer.next = spy

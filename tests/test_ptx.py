@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from labkit.config import TrainConfig, preset
+from labkit.finetune.ptx import PTXData, ptx_nll
 from labkit.finetune.sft import encode_sft
 from labkit.models import load_policy
 from labkit.tasks import medium_cells
 from labkit.trainer import Trainer
-from labkit.tricks.ptx import PTXData, ptx_nll
 
 
 @pytest.fixture(scope="module")

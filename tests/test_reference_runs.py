@@ -83,11 +83,11 @@ def test_a_spec_names_its_rewards_and_its_eval_cells(tmp_path):
 
 def test_a_reward_outside_the_named_ones_is_refused_with_the_list(tmp_path):
     from labkit.commands.reference_runs import reward_funcs
-    from labkit.rewards import NAMED_REWARDS
+    from labkit.rewards import REWARD_REGISTRY
 
     with pytest.raises(ValueError, match="is not one of the lab's named rewards") as refused:
         reward_funcs({"reward_funcs": ["labkit.rewards.verifiers.no_such_reward"]}, "spec.json")
-    assert all(name in str(refused.value) for name in NAMED_REWARDS)
+    assert all(name in str(refused.value) for name in REWARD_REGISTRY)
     with pytest.raises(ValueError, match="non-empty list"):
         reward_funcs({"reward_funcs": "accuracy"}, "spec.json")
 

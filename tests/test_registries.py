@@ -1,8 +1,9 @@
 """Adding a method is one file and one registration: a toy loss and a toy estimator, registered
 from this test file alone or from a module written to a temporary folder, are reachable from
-TrainConfig (a loss's own setting becomes a field, range and doc included), trained by the
-trainer, classified or refused by name by the TRL bridge and listed by the catalog, with no edit
-anywhere else."""
+TrainConfig, trained by the trainer, refused by name by the TRL bridge and listed by the catalog,
+with no edit anywhere else. A loss's own setting becomes a field when its module is imported
+by ``labkit/losses/__init__.py``, since the config is built once, at import: a later one is
+refused, and tests/test_plugin_costs.py proves the import line in a fresh interpreter."""
 
 import copy
 import dataclasses
@@ -22,8 +23,7 @@ from labkit.advantages import (
     unregister_advantage_estimator,
 )
 from labkit.catalog import catalog_frame
-from labkit.config import FIELD_DOCS, TrainConfig, preset
-from labkit.config.fields import Setting, between
+from labkit.config import TrainConfig, preset
 from labkit.losses import (
     LOSS_REGISTRY,
     get_loss_type,
@@ -31,8 +31,9 @@ from labkit.losses import (
     register_policy_loss,
     unregister_policy_loss,
 )
+from labkit.plugins import Setting, between
 from labkit.trainer import Trainer
-from labkit.trl_bridge import LAB_ONLY, NOT_CARRIED, SHARED_FIELDS, to_grpo_config
+from labkit.trl_bridge import to_grpo_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -130,17 +131,13 @@ TOY_MODULE = """
     import math
 
     from labkit.advantages import Advantages, group_rows, register_advantage_estimator
-    from labkit.config.fields import Setting, between
+    from labkit.plugins import Setting, between
     from labkit.losses import register_policy_loss
 
 
-    @register_policy_loss(
-        "toy_scaled", aggregation="token_mean",
-        options={"toy_scale": Setting(1.0, between(0, math.inf, low_open=True),
-                                      "toy_scaled: multiplies -A log pi")},
-        summary="-toy_scale * A log pi")
-    def _toy_scaled(x, toy_scale):
-        return -toy_scale * x.advantages * x.logp
+    @register_policy_loss("toy_scaled", aggregation="token_mean", summary="-2 A log pi")
+    def _toy_scaled(x):
+        return -2 * x.advantages * x.logp
 
 
     @register_advantage_estimator("toy_max", summary="r minus the group's best reward")
@@ -161,18 +158,11 @@ def toy_module(tmp_path):
     unregister_advantage_estimator("toy_max")
 
 
-def test_a_loss_with_a_setting_and_an_estimator_from_one_module_train(toy_module, random_tiny):
-    # the setting is a TrainConfig field: default, range and doc from the registration
-    assert TrainConfig().toy_scale == 1.0
-    assert FIELD_DOCS["toy_scale"] == "toy_scaled: multiplies -A log pi"
-    assert "toy_scale (1.0): toy_scaled: multiplies -A log pi" in TrainConfig.__doc__
-    with pytest.raises(ValueError, match=r"toy_scale must be in \(0, inf\), got 0"):
-        TrainConfig(loss_type="toy_scaled", toy_scale=0)
-    config = preset("grpo", loss_type="toy_scaled", toy_scale=2.0,
-                    advantage_estimator="toy_max", **{**SMALL, "max_steps": 2})  # step 1: lr 0
-    with pytest.raises(ValueError, match="toy_scale"):
-        config.toy_scale = -1.0
-    assert config.toy_scale == 2.0 and config.to_dict()["toy_scale"] == 2.0
+def test_a_loss_and_an_estimator_from_one_module_train(toy_module, random_tiny):
+    # a loss with a setting of its own is a loss whose module labkit/losses/__init__.py imports
+    # (the config is built once, at import): tests/test_plugin_costs.py proves that one
+    config = preset("grpo", loss_type="toy_scaled", advantage_estimator="toy_max",
+                    **{**SMALL, "max_steps": 2})  # step 1: lr 0
     model, tokenizer, data = random_tiny
     trainer = Trainer(config, model=copy.deepcopy(model), tokenizer=tokenizer, train_dataset=data,
                       reward_funcs=[length_reward])
@@ -180,30 +170,28 @@ def test_a_loss_with_a_setting_and_an_estimator_from_one_module_train(toy_module
     history = trainer.train().history
     assert history["skipped_nonfinite"].sum() == 0 and history["completions_trained"].sum() > 0
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
-    # the bridge classifies the setting by its declaration (TRL has neither loss nor knob) and
-    # refuses the loss and the estimator by name
-    assert NOT_CARRIED["toy_scale"] == "loss_type='toy_scaled' only (refused)"
-    assert "toy_scale" not in SHARED_FIELDS and "toy_scale" not in LAB_ONLY
+    # the bridge refuses the loss and the estimator by name
     with pytest.raises(ValueError, match="advantage_estimator='toy_max' cannot be expressed"):
         to_grpo_config(config, output_dir="unused")
     with pytest.raises(ValueError, match="loss_type='toy_scaled' has no TRL equivalent"):
         to_grpo_config(preset("grpo", loss_type="toy_scaled", **SMALL), output_dir="unused")
-    # the catalog lists both, the loss with its setting
+    # the catalog lists both
     rows = catalog_frame().set_index("id")
-    assert "setting toy_scale (default 1.0)" in rows.loc["toy-scaled", "note"]
+    assert rows.loc["toy-scaled", "changes"] == "loss"
     assert rows.loc["toy-max", "changes"] == "advantage"
 
 
-def test_a_removed_loss_takes_its_setting_with_it(toy_module):
-    assert "toy_scale" in {f.name for f in dataclasses.fields(TrainConfig)}
-    unregister_policy_loss("toy_scaled")
-    try:
-        assert "toy_scale" not in {f.name for f in dataclasses.fields(TrainConfig)}
-        with pytest.raises(TypeError, match="toy_scale"):
-            TrainConfig(toy_scale=2.0)
-    finally:  # the fixture removes it again
-        register_policy_loss("toy_scaled", aggregation="token_mean", options={
-            "toy_scale": Setting(1.0, between(0, 1), "again")})(lambda x, toy_scale: x.logp)
+def test_a_setting_registered_after_the_config_is_built_is_refused_naming_the_import_line():
+    """The config is built once, at import, with the settings of the losses registered by then
+    (every module labkit/losses/__init__.py imports). A loss registered later may read existing
+    fields; a new setting would need a new field, so that registration is refused."""
+    with pytest.raises(ValueError, match=r"declares the setting\(s\) 'toy_late_scale' after "
+                                         r"TrainConfig was built.*labkit/losses/__init__\.py"):
+        register_policy_loss("toy_late", aggregation="token_mean", options={
+            "toy_late_scale": Setting(1.0, between(0, 2), "late")})(
+                lambda x, toy_late_scale: x.logp)
+    assert "toy_late" not in LOSS_REGISTRY
+    assert "toy_late_scale" not in {f.name for f in dataclasses.fields(TrainConfig)}
 
 
 def test_an_option_no_field_holds_is_refused_naming_its_registration():

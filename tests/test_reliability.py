@@ -473,6 +473,7 @@ def test_nan_inputs_to_policy_loss_are_refused_by_name():
 
 def test_module_constants_are_the_option_lists_of_their_modules():
     from labkit import advantages, losses, models
+    from labkit.config import checks
     from labkit.tricks import filters
 
     with pytest.raises(ValueError) as refused:  # loss types: the registry, not a copied list
@@ -481,7 +482,7 @@ def test_module_constants_are_the_option_lists_of_their_modules():
                                   f"{', '.join(map(repr, losses.loss_types()))}, got 'nope'")
     assert config_module.SCALE_REWARDS is advantages.SCALE_REWARDS
     assert config_module.GFPO_METRICS is filters.GFPO_METRICS
-    assert config_module.DTYPES is models.DTYPES
+    assert checks.DTYPES is models.DTYPES  # the dtype check's list
 
 
 def test_guarded_optimizer_step_skips_non_finite_and_rolls_back_a_poisoning_step():

@@ -89,8 +89,8 @@ def test_ctrl_c_before_an_overlapped_update_trains_every_batch_once_in_order(bas
     trained = record_trained_prompts(trainer)
     next_batch, fired = trainer.producer.next, []
 
-    def ctrl_c_at_step_1(trainer_):
-        batch = next_batch(trainer_)  # handed over to the training thread
+    def ctrl_c_at_step_1(step):
+        batch = next_batch(step)  # handed over to the training thread
         if trainer.step == 1 and not fired:
             fired.append(True)
             raise KeyboardInterrupt  # Ctrl-C in the training thread, before the update
@@ -267,9 +267,9 @@ def test_offpolicy_terms_refuse_the_bounds_the_config_refuses(bounds, fragment):
     ("labkit.scale.bench", ["--decode", "--rounds", "0"], "--rounds must be an integer >= 1"),
     ("labkit.scale.bench", ["--threads", "-1"], "--threads must be an integer >= 0"),
     ("labkit.scale.bench", ["--steps", "0"], "--steps must be an integer >= 1"),
-    ("labkit.offpolicy.measure", ["--steps", "0"], "--steps must be an integer >= 1"),
-    ("labkit.offpolicy.measure", ["--k", "-1"], "--k must be an integer >= 0"),
-    ("labkit.offpolicy.measure", ["--prompts", "zero"], "--prompts must be an integer >= 1"),
+    ("labkit.commands.async_overlap", ["--steps", "0"], "--steps must be an integer >= 1"),
+    ("labkit.commands.async_overlap", ["--k", "-1"], "--k must be an integer >= 0"),
+    ("labkit.commands.async_overlap", ["--prompts", "zero"], "--prompts must be an integer >= 1"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
 def test_command_counts_out_of_range_are_argparse_errors_naming_the_option(
         module, argv, fragment, monkeypatch, capsys):

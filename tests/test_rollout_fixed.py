@@ -291,7 +291,7 @@ def test_cuda_decoding_never_runs_cudnn_attention(cuda_tiny, prompts):
 
 @cuda
 def test_cuda_lora_adapters_are_not_captured(cuda_tiny):
-    from labkit.scale.lora import wrap_with_lora
+    from labkit.engine.lora import wrap_with_lora
 
     model, _ = cuda_tiny
     lora = wrap_with_lora(copy.deepcopy(model), TrainConfig(use_peft=True))

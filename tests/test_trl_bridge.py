@@ -62,8 +62,8 @@ def test_every_trainconfig_field_is_classified_once():
               "LAB_ONLY": LAB_ONLY, "NOT_CARRIED": NOT_CARRIED}
     for f in dataclasses.fields(TrainConfig):
         homes = [name for name, table in tables.items() if f.name in table]
-        assert len(homes) == 1, (f"TrainConfig.{f.name} is in {homes or 'no table'}: classify it "
-                                 f"once in labkit.trl_bridge")
+        assert len(homes) == 1, (f"TrainConfig.{f.name} is in {homes or 'no table'}: its "
+                                 f"declaration's trl= (labkit.config.knobs.knob) says which")
     assert set(PRESET_OUTCOME) == set(PRESETS)
 
 

@@ -177,6 +177,27 @@ def test_sequence_ratio_spread_shrinks_with_length_and_token_spread_does_not():
     assert tok.max() / tok.min() < 1.1 and abs(tok.mean() - 0.1) < 0.01
 
 
+def test_measured_spread_tells_independent_tokens_from_tokens_that_move_together():
+    """The law's ratio is about 1 when the tokens' log-ratios are independent and grows with
+    length when a whole response moves together; a response's tokens count as outside the band
+    with their response."""
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(1, 101, (512,), generator=g)
+    mask = torch.arange(100)[None, :] < lengths[:, None]
+    old = -3 * torch.rand(mask.shape, generator=g)
+    independent = viz.measured_ratio_spread(old + 0.01 * torch.randn(mask.shape, generator=g),
+                                            old, mask)
+    assert independent["measured/law"].between(0.85, 1.15).all()
+    together = viz.measured_ratio_spread(old + 0.01 * torch.randn(512, 1, generator=g), old, mask)
+    assert together["measured/law"].is_monotonic_increasing and together["measured/law"].iloc[-1] > 3
+    one_token = torch.zeros(2, 4)
+    one_token[0, 0] = 0.01   # one token of the first response moved, past the band
+    table = viz.measured_ratio_spread(one_token, torch.zeros(2, 4), torch.ones(2, 4), bins=(1,))
+    assert table.loc[0, "outside_token"] == 1 / 8 and table.loc[0, "outside_sequence"] == 4 / 8
+    with pytest.raises(ValueError, match="one .B, T. shape"):
+        viz.measured_ratio_spread(one_token, torch.zeros(2, 5), torch.ones(2, 4))
+
+
 def test_group_advantages_table_is_labkit_estimators():
     rewards = [1.0, 0.0, 0.0, 1.0, 0.5, 0.5]
     table = viz.group_advantages_table(rewards, num_generations=3)
@@ -188,6 +209,27 @@ def test_group_advantages_table_is_labkit_estimators():
                                       num_generations=3)
     assert {"length", "OPO", "ReMax"} <= set(full.columns)
     np.testing.assert_allclose(full["ReMax"], r - 1)
+
+
+def test_group_push_table_sums_labkit_advantages_per_group():
+    rewards = [1, 0, 0, 0, 0, 0, 0, 0,  0.5, 0.52, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5,  1, 1, 1, 1, 1, 1, 1, 1]
+    lengths = list(range(1, 25))
+    table = viz.group_push_table(rewards, 8, lengths)
+    assert list(table.columns) == ["reward", "std", "GRPO", "Dr. GRPO", "RLOO", "OPO"]
+    r = torch.tensor(rewards, dtype=torch.float64)
+    np.testing.assert_allclose(table["GRPO"], group_advantages(r, 8).abs().view(3, 8).sum(-1))
+    np.testing.assert_allclose(table["RLOO"], table["Dr. GRPO"] * 8 / 7)
+    np.testing.assert_allclose(table["std"], r.view(3, 8).std(-1))
+    # a near-tie (std 0.007) gets about GRPO's push of a one-right-in-eight group, Dr. GRPO's ~nothing
+    assert table.loc[1, "GRPO"] > 0.9 * table.loc[0, "GRPO"]
+    assert table.loc[1, "Dr. GRPO"] < 0.05 * table.loc[0, "Dr. GRPO"]
+    assert (table.loc[2, ["GRPO", "Dr. GRPO", "RLOO", "OPO"]] == 0).all()  # no spread, no push
+    share = viz.group_push_table(rewards, 8, share=True)
+    np.testing.assert_allclose(share[["GRPO", "Dr. GRPO", "RLOO"]].sum(), 1.0)
+    np.testing.assert_allclose(share["RLOO"], share["Dr. GRPO"])  # a constant factor: same shares
+    assert (viz.group_push_table([1.0] * 8, 8, share=True)[["GRPO", "RLOO"]] == 0).all(axis=None)
+    with pytest.raises(ValueError, match="divide"):
+        viz.group_push_table(rewards, 5)
 
 
 def test_gfpo_figure_draws_labkit_filter_and_advantages():

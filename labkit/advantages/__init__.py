@@ -1,11 +1,12 @@
 """Advantage estimators: pure tensor functions, one per method.
 
 One file per estimator, each registering itself in :data:`ESTIMATOR_REGISTRY` (the trainer, the
-config, the TRL bridge and the catalog read that table; adding one is a new file plus its import
-line below). Layout (same as TRL): outcome rewards are a 1-D tensor of length ``N = P * G`` in which the ``G``
-completions of each of the ``P`` prompts are consecutive, so ``rewards.view(P, G)`` is one row per
-group. Outcome estimators return one advantage per completion, shape (N,), to be broadcast over its
-tokens by the loss. Token-level estimators (GAE) work on (B, T) tensors with a 0/1 response mask.
+config, the TRL bridge and the catalog read that table; adding one is a new file, with its public
+names in its ``__all__``, plus its import line below). Layout (same as TRL): outcome rewards are a
+1-D tensor of length ``N = P * G`` in which the ``G`` completions of each of the ``P`` prompts are
+consecutive, so ``rewards.view(P, G)`` is one row per group. Outcome estimators return one
+advantage per completion, shape (N,), to be broadcast over its tokens by the loss. Token-level
+estimators (GAE) work on (B, T) tensors with a 0/1 response mask.
 
 =============================  ====================================================================
 function                       method
@@ -44,76 +45,15 @@ Departures from TRL/verl, all deliberate and tested:
   to it (TRL; verl uses 1e-6, oat 1e-8); GFPO's population std is available with ``unbiased=False``.
 """
 
-from labkit.advantages import grpo, opo, ppo_gae, remax, rloo, turn_level  # noqa: F401 (they register)
-from labkit.advantages.groups import (
-    as_float,
-    centre,
-    check_lengths,
-    check_mask,
-    group_lengths,
-    group_rows,
-    group_std,
-)
-from labkit.advantages.grpo import (
-    MULTI_OBJECTIVE_AGGREGATIONS,
-    SCALE_REWARDS,
-    combine_rewards,
-    group_advantages,
-)
-from labkit.advantages.kl_reward import (
-    kl_penalized_rewards,
-    kl_penalized_token_rewards,
-    outcome_to_token_rewards,
-)
-from labkit.advantages.normalization import batch_normalize
-from labkit.advantages.opo import opo_advantages
-from labkit.advantages.ppo_gae import explained_variance, gae
-from labkit.advantages.registry import (
-    ESTIMATOR_REGISTRY,
-    AdvantageInputs,
-    Advantages,
-    Estimator,
-    estimators,
-    get_estimator,
-    group_estimators,
-    register_advantage_estimator,
-    unregister_advantage_estimator,
-)
-from labkit.advantages.remax import remax_advantages
-from labkit.advantages.rloo import rloo_advantages
-from labkit.advantages.turn_level import policy_turn_ids, turn_level_advantages, turn_returns
-
-__all__ = [
-    "ESTIMATOR_REGISTRY",
-    "MULTI_OBJECTIVE_AGGREGATIONS",
-    "SCALE_REWARDS",
-    "AdvantageInputs",
-    "Advantages",
-    "Estimator",
-    "as_float",
-    "batch_normalize",
-    "centre",
-    "check_lengths",
-    "check_mask",
-    "combine_rewards",
-    "estimators",
-    "explained_variance",
-    "gae",
-    "get_estimator",
-    "group_advantages",
-    "group_estimators",
-    "group_lengths",
-    "group_rows",
-    "group_std",
-    "kl_penalized_rewards",
-    "kl_penalized_token_rewards",
-    "opo_advantages",
-    "outcome_to_token_rewards",
-    "policy_turn_ids",
-    "register_advantage_estimator",
-    "remax_advantages",
-    "rloo_advantages",
-    "turn_level_advantages",
-    "turn_returns",
-    "unregister_advantage_estimator",
-]
+# One line per file: importing a file registers its estimator and exports its public names (the
+# file's ``__all__``), so ``from labkit.advantages import rloo_advantages`` works for every one.
+from labkit.advantages.groups import *
+from labkit.advantages.grpo import *
+from labkit.advantages.kl_reward import *
+from labkit.advantages.normalization import *
+from labkit.advantages.opo import *
+from labkit.advantages.ppo_gae import *
+from labkit.advantages.registry import *
+from labkit.advantages.remax import *
+from labkit.advantages.rloo import *
+from labkit.advantages.turn_level import *

@@ -10,7 +10,9 @@ import torch
 
 from labkit.advantages.groups import as_float, centre, group_rows, group_std
 from labkit.advantages.registry import AdvantageInputs, Advantages, register_advantage_estimator
-from labkit.config.rules import config_rule
+from labkit.plugins import config_rule
+
+__all__ = ["MULTI_OBJECTIVE_AGGREGATIONS", "SCALE_REWARDS", "combine_rewards", "group_advantages"]
 
 #: ``scale_rewards`` values (TRL's names): the advantage denominator.
 SCALE_REWARDS = ("group", "batch", "none")

@@ -6,7 +6,9 @@ from __future__ import annotations
 import torch
 
 from labkit.advantages.groups import as_float, check_mask
-from labkit.config.rules import config_rule
+from labkit.plugins import config_rule
+
+__all__ = ["kl_penalized_rewards", "kl_penalized_token_rewards", "outcome_to_token_rewards"]
 
 
 def outcome_to_token_rewards(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -7,6 +7,8 @@ import torch
 
 from labkit.advantages.groups import as_float, centre, check_mask, group_std
 
+__all__ = ["batch_normalize"]
+
 
 def batch_normalize(
     advantages: torch.Tensor, mask: torch.Tensor | None = None, eps: float = 1e-4

@@ -7,6 +7,8 @@ import torch
 from labkit.advantages.groups import group_lengths, group_rows
 from labkit.advantages.registry import AdvantageInputs, Advantages, register_advantage_estimator
 
+__all__ = ["opo_advantages"]
+
 
 def opo_advantages(
     rewards: torch.Tensor, lengths: torch.Tensor, num_generations: int

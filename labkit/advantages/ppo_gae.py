@@ -10,6 +10,8 @@ from labkit.advantages.kl_reward import kl_penalized_token_rewards, outcome_to_t
 from labkit.advantages.normalization import batch_normalize
 from labkit.advantages.registry import AdvantageInputs, Advantages, register_advantage_estimator
 
+__all__ = ["explained_variance", "gae"]
+
 
 def gae(
     token_rewards: torch.Tensor,

@@ -16,7 +16,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from labkit.config.registry import Registry
+from labkit.plugins import Registry
+
+__all__ = ["ESTIMATOR_REGISTRY", "AdvantageInputs", "Advantages", "Estimator", "estimators",
+           "get_estimator", "group_estimators", "register_advantage_estimator",
+           "unregister_advantage_estimator"]
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,25 @@ class Estimator:
 _TABLE = Registry("advantage_estimator", "an estimator")
 #: Read-only view of every registered estimator, by name, in registration order.
 ESTIMATOR_REGISTRY: Mapping[str, Estimator] = _TABLE.view
+
+
+class _TRLRefusals(Mapping):
+    """``{estimator: why TRL's GRPOTrainer cannot run it}``, as each registered estimator
+    declares it (``trl_refusal``), read at each use."""
+
+    def __getitem__(self, name):
+        reason = ESTIMATOR_REGISTRY[name].trl_refusal if name in ESTIMATOR_REGISTRY else None
+        return reason or f"GRPOTrainer has no advantage estimator {name!r}"
+
+    def __iter__(self):
+        return iter(ESTIMATOR_REGISTRY)
+
+    def __len__(self):
+        return len(ESTIMATOR_REGISTRY)
+
+
+#: Why TRL cannot run an estimator (the ``advantage_estimator`` field's TRL bridge).
+TRL_REFUSALS: Mapping[str, str] = _TRLRefusals()
 
 
 def register_advantage_estimator(name: str, *, groups: bool = True, per_token: bool = False,

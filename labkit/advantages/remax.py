@@ -7,6 +7,8 @@ import torch
 from labkit.advantages.groups import group_rows
 from labkit.advantages.registry import AdvantageInputs, Advantages, register_advantage_estimator
 
+__all__ = ["remax_advantages"]
+
 
 def remax_advantages(
     rewards: torch.Tensor, baseline_rewards: torch.Tensor, num_generations: int

@@ -7,6 +7,8 @@ import torch
 from labkit.advantages.groups import centre, group_rows
 from labkit.advantages.registry import AdvantageInputs, Advantages, register_advantage_estimator
 
+__all__ = ["rloo_advantages"]
+
 
 def rloo_advantages(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
     r"""REINFORCE Leave-One-Out: baseline = mean reward of the *other* completions of the prompt.

@@ -39,7 +39,7 @@ from types import SimpleNamespace
 import torch
 
 from labkit.agents.tool_calls import ERROR_PREFIX, last_tool_call, run_tool_call
-from labkit.config.fields import integer
+from labkit.plugins.settings import integer
 from labkit.rollout import Rollout, encode_prompts, generate_from_ids
 
 #: The tokens appended after a turn that called a tool: the end of the assistant's turn is already

@@ -12,7 +12,7 @@ show the spread between seeds as a band; ``data`` selects task-suite cells for b
 the eval split (default: the whole suite); ``eval_data`` (optional) evaluates on other cells
 instead, e.g. the easy cells a run on the medium ones may forget (``{}`` = the whole eval split);
 ``reward_funcs`` (optional) lists the reward functions to train on by their keys in
-:data:`labkit.rewards.NAMED_REWARDS` (never by import path: a spec is data and must not choose
+:data:`labkit.rewards.REWARD_REGISTRY` (never by import path: a spec is data and must not choose
 what code runs); ``environment`` (optional) runs episodes with one of
 :data:`labkit.agents.NAMED_ENVIRONMENTS`. A spec whose rewards would judge nothing is refused when
 it is read: an environment reward (``"environment"``, ``"turns"``) without an environment that
@@ -58,10 +58,10 @@ from labkit.agents import named_environment
 from labkit.agents.guessing import FAMILY as GUESSING_FAMILY
 from labkit.agents.guessing import guessing_dataset
 from labkit.config import PRESETS, preset
-from labkit.config.fields import int_at_least
 from labkit.engine.run_control import terminate_as_interrupt
-from labkit.rewards import ENVIRONMENT_REWARDS, NAMED_REWARDS, named_reward
+from labkit.rewards import REWARD_REGISTRY, named_reward
 from labkit.rewards.environment import check_environment_rewards
+from labkit.runtime.counts import int_at_least
 from labkit.tasks import DIFFICULTIES, FAMILIES, load_split
 from labkit.trainer import train
 
@@ -232,17 +232,17 @@ def _check_reward_names(names, path: Path) -> None:
         return
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise ValueError(f"{path}: 'reward_funcs' must be a non-empty list of reward names "
-                         f"({', '.join(NAMED_REWARDS)}), got {names!r}")
-    unknown = [n for n in names if n not in NAMED_REWARDS]
+                         f"({', '.join(REWARD_REGISTRY)}), got {names!r}")
+    unknown = [n for n in names if n not in REWARD_REGISTRY]
     if unknown:
         raise ValueError(f"{path}: 'reward_funcs' names {unknown[0]!r}, which is not one of the "
-                         f"lab's named rewards ({', '.join(NAMED_REWARDS)}); a spec names rewards "
-                         f"by these keys only, never by import path")
+                         f"lab's named rewards ({', '.join(REWARD_REGISTRY)}); a spec names "
+                         f"rewards by these keys only, never by import path")
 
 
 def reward_funcs(spec: dict, path) -> list | None:
     """The spec's ``reward_funcs``: keys of the lab's named rewards
-    (:data:`labkit.rewards.NAMED_REWARDS`, e.g. ``"answer_anywhere"``, ``"judge"``); None: the
+    (:data:`labkit.rewards.REWARD_REGISTRY`, e.g. ``"answer_anywhere"``, ``"judge"``); None: the
     trainer's default rewards. A spec names rewards by key, never by import path, so a shared
     spec cannot make this command import or run code of its choosing."""
     names = spec.get("reward_funcs")
@@ -264,7 +264,7 @@ def environment_factory(spec: dict, path):
 
 def _check_environment(spec: dict, path: Path) -> None:
     """The spec's environment exists and can feed its rewards: an environment reward
-    (:data:`labkit.rewards.ENVIRONMENT_REWARDS`) needs an environment that keeps what it reads,
+    (one registered with ``reads``) needs an environment that keeps what it reads,
     else every step would train on nothing (reward and loss NaN). The guessing game brings its
     own rows, so it takes no ``data`` (which it would replace) and no accuracy reward (which
     cannot judge a game)."""
@@ -286,7 +286,7 @@ def _check_environment(spec: dict, path: Path) -> None:
     where = ("the spec names no 'environment'" if factory is None
              else f"'environment' is {spec['environment']!r}")
     for name in names or ():
-        if name in ENVIRONMENT_REWARDS:
+        if REWARD_REGISTRY[name].reads is not None:
             try:
                 check_environment_rewards([named_reward(name)], environment, where)
             except ValueError as err:

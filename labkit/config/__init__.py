@@ -1,30 +1,21 @@
-"""The configuration of a run: every knob in one validated dataclass (``train_config``), the
-method presets (``presets``), the field validators and ``Setting`` (``fields``), the combination
-rules (``rules``) and the modules that register them (``methods``), and the generic name table the
-method registries share (``registry``).
+"""The configuration of a run: every knob in one validated dataclass (``train_config``), each
+field declared once with its facts (``knobs``) and checked (``checks``), the method presets
+(``presets``), the modules that register the methods' rules (``methods``) and the TRL spellings
+the config refuses with the lab's (``trl_names``).
 
-``from labkit.config import TrainConfig, preset`` gives what a notebook needs. Those names load on
-first use (PEP 562 ``__getattr__``): ``fields``, ``rules`` and ``registry`` are imported by the
-loss and estimator modules that ``train_config`` itself imports, so loading ``train_config``
-whenever this package is entered would close an import circle.
+``from labkit.config import TrainConfig, preset`` gives what a notebook needs. The configuration
+stands above the methods: it imports the method folders to read their menus and rules, and they
+declare their settings and rules through :mod:`labkit.plugins`, never through this package.
 """
 
-import importlib
+from labkit.config.presets import PRESETS, preset, preset_doc
+from labkit.config.train_config import (
+    FIELD_DOCS,
+    FIELDS,
+    GENERIC_FIELDS,
+    RESUMABLE_CHANGES,
+    TrainConfig,
+)
 
-#: What ``labkit.config`` offers, and the module of each name.
-_EXPORTS = {"TrainConfig": "train_config", "FIELD_DOCS": "train_config",
-            "preset": "presets", "preset_doc": "presets", "PRESETS": "presets"}
-
-__all__ = ["FIELD_DOCS", "PRESETS", "TrainConfig", "preset", "preset_doc"]
-
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'labkit.config' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"labkit.config.{_EXPORTS[name]}"), name)
-    globals()[name] = value   # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__all__ = ["FIELDS", "FIELD_DOCS", "GENERIC_FIELDS", "PRESETS", "RESUMABLE_CHANGES", "TrainConfig",
+           "preset", "preset_doc"]

@@ -10,5 +10,7 @@ module                    what
                           optimizer step
 ``checkpoint.py``         saving and resuming a run without running code from the files
 ``data.py``               prompt datasets: what a train or eval split must hold
+``lora.py``               LoRA adapters through peft: the policy's low-rank update, its free
+                          reference (adapters disabled), merging into a plain model
 ========================  ==========================================================================
 """

@@ -51,6 +51,7 @@ On CPU, resuming from a checkpoint reproduces the uninterrupted run's metrics ex
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import glob
 import hashlib
@@ -365,24 +366,23 @@ def check_same_base(saved: dict | None, model, directory) -> None:
                               f"{changed[0]}); resume with the base model the run started from")
 
 
-#: Fields that may differ between a checkpoint and the run resuming it (they do not change what
-#: the run computes); any other difference is refused by :func:`check_same_run`.
-RESUMABLE_CHANGES = frozenset({
-    "max_steps", "eval_every", "eval_k", "eval_max_prompts", "output_dir", "save_every",
-    "save_on_interrupt", "resume_from", "progress", "max_nonfinite_steps", "device",
-    "micro_batch_size", "gradient_checkpointing", "rollback_nonfinite_weights", "decode_path",
-    "cuda_graphs"})
+def resumable_changes(config) -> frozenset[str]:
+    """The fields of ``config`` that may differ between a checkpoint and the run resuming it
+    (they do not change what the run computes): those declared ``resumable=True``
+    (:func:`labkit.config.knobs.knob`; the set is :data:`labkit.config.RESUMABLE_CHANGES`)."""
+    return frozenset(f.name for f in dataclasses.fields(config) if f.metadata.get("resumable"))
 
 
 def check_same_run(saved: dict, config, directory) -> None:
     """Refuse to resume a checkpoint whose run had another configuration (``saved``, the
-    checkpoint's ``config`` dict) in any field outside :data:`RESUMABLE_CHANGES`: resuming would
+    checkpoint's ``config`` dict) in any field outside :func:`resumable_changes`: resuming would
     silently mix two runs."""
     current = config.to_dict()
+    resumable = resumable_changes(config)
     # a field added to TrainConfig after the checkpoint was written ran at its default then
     defaults = type(config)().to_dict()
     changed = sorted(name for name in set(saved) | set(current)
-                     if name not in RESUMABLE_CHANGES
+                     if name not in resumable
                      and _as_tuple(saved.get(name, defaults.get(name)))
                      != _as_tuple(current.get(name)))
     if changed:
@@ -464,7 +464,7 @@ def allowed_changes(allow_changes) -> frozenset:
     if unknown:
         raise ValueError(f"allow_changes names {unknown[0]!r}; a resume may be allowed to change "
                          f"{allowed} (the configuration is compared field by field instead: "
-                         f"RESUMABLE_CHANGES)")
+                         f"labkit.config.RESUMABLE_CHANGES)")
     return frozenset(names)
 
 
@@ -500,10 +500,10 @@ def _describe(name: str, value) -> str:
     return "none" if value is None else value
 
 
-__all__ = ["INPUT_CHANGES", "RESUMABLE_CHANGES", "CheckpointError", "allowed_changes",
+__all__ = ["INPUT_CHANGES", "CheckpointError", "allowed_changes",
            "base_fingerprint", "check_replaceable", "check_same_base", "check_same_inputs",
            "check_same_run", "data_fingerprint", "load_checkpoint", "load_state",
-           "qualified_name", "run_fingerprints", "save_checkpoint", "verify_checkpoint"]
+           "qualified_name", "resumable_changes", "run_fingerprints", "save_checkpoint", "verify_checkpoint"]
 
 
 def save_trainer(trainer, directory) -> Path:
@@ -522,8 +522,10 @@ def save_trainer(trainer, directory) -> Path:
              "best_eval": [trainer.stall.best, trainer.stall.since_best],
              "base_fingerprint": base_fingerprint(trainer.model),
              "fingerprints": _fingerprints_of(trainer),
-             # the batches sampled ahead (max_staleness > 0) and the admission clock
-             "producer": trainer.producer.state_dict(),
+             # the batches sampled ahead (max_staleness > 0) and the admission clock; None
+             # for the synchronous trainer, which has no producer
+             "producer": (trainer.producer.state_dict() if trainer.producer is not None
+                          else None),
              "config": trainer.config.to_dict()}
     return save_checkpoint(directory, model=trainer.model, tokenizer=trainer.tokenizer,
                            state=state, history=trainer.history,
@@ -534,7 +536,7 @@ def save_trainer(trainer, directory) -> Path:
 def restore_trainer(trainer, directory, allow_changes=()) -> None:
     """Restore a :func:`save_trainer` folder into ``trainer`` (weights, optimizer, scheduler,
     random states, data position, history); refuses a checkpoint whose run had a different
-    configuration in any field outside :data:`RESUMABLE_CHANGES`, or other inputs
+    configuration in any field outside :data:`labkit.config.RESUMABLE_CHANGES`, or other inputs
     (:func:`run_fingerprints`) than the ones ``allow_changes`` names. Like :func:`save_trainer`
     it takes the whole trainer: it writes back every piece of state that one saved."""
     from labkit.engine.run_control import restore_rng
@@ -557,7 +559,9 @@ def restore_trainer(trainer, directory, allow_changes=()) -> None:
         trainer.adaptive_gfpo.mean_rewards = list(state.get("gfpo_mean_rewards", []))
     trainer.optimizer_steps = state.get("optimizer_steps", 0)
     trainer.stall.best, trainer.stall.since_best = state.get("best_eval", [-math.inf, 0])
-    if state.get("producer") is not None:  # None: an overlapped run, never saved
+    # None: an overlapped run, never saved; no producer: a synchronous run (whose older
+    # checkpoints hold the k = 0 queue, always empty between steps)
+    if state.get("producer") is not None and trainer.producer is not None:
         trainer.producer.load_state_dict(state["producer"])
     trainer.rows = history.to_dict("records")
     trainer.eval_rows = eval_history.to_dict("records")

@@ -62,7 +62,7 @@ every convention that differs):
 from labkit.losses import cispo, clipped, rlplus, sapo, vespo  # noqa: F401
 from labkit.losses.aggregation import AGGREGATIONS, LOCAL_AGGREGATIONS, aggregate
 from labkit.losses.cispo import cispo_surrogate
-from labkit.losses.clipped import clipped_surrogate, no_clip_surrogate
+from labkit.losses.clipped import clipped_surrogate, no_clip_surrogate, upper_clip
 from labkit.losses.kl import KL_ESTIMATORS, kl_estimate
 from labkit.losses.policy import policy_loss, policy_loss_settings
 from labkit.losses.ratios import (
@@ -116,6 +116,7 @@ __all__ = [
     "sequence_log_ratio",
     "token_log_ratio",
     "unregister_policy_loss",
+    "upper_clip",
     "value_loss",
     "vespo_surrogate",
 ]

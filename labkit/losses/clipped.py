@@ -17,6 +17,14 @@ from labkit.losses.validation import check_non_negative, exp_ratio
 _PPO = ("Proximal Policy Optimization Algorithms", "1707.06347")
 
 
+def upper_clip(epsilon: float, epsilon_high: float | None) -> float:
+    """TRL's rule for the upper clip, written once: ``epsilon_high``, or ``epsilon`` when it is
+    None (a symmetric band). A config resolves it as :attr:`TrainConfig.upper_clip
+    <labkit.config.TrainConfig.upper_clip>`; the functions that take TRL's two arguments call
+    this."""
+    return epsilon if epsilon_high is None else epsilon_high
+
+
 def clipped_surrogate(
     log_ratio: torch.Tensor,
     advantages: torch.Tensor,
@@ -58,7 +66,7 @@ def clipped_surrogate(
     caps the ratio for A > 0, where it never binds because ``delta > 1 + eps_high`` is usual.
     ``float('inf')`` for both epsilons disables clipping (= :func:`no_clip_surrogate`).
     """
-    epsilon_high = epsilon_low if epsilon_high is None else epsilon_high
+    epsilon_high = upper_clip(epsilon_low, epsilon_high)
     check_non_negative(epsilon_low=epsilon_low, epsilon_high=epsilon_high)
     if delta is not None and not delta > 1:
         raise ValueError(
@@ -102,7 +110,7 @@ def ppo_clip_flags(w, advantages, epsilon, epsilon_high):
 
 def check_clipped_config(config) -> None:
     """The clip band's own rules: a symmetric-or-wider upper clip, and delta outside it."""
-    epsilon_high = config.epsilon if config.epsilon_high is None else config.epsilon_high
+    epsilon_high = config.upper_clip
     if epsilon_high < config.epsilon:
         raise ValueError(
             f"epsilon_high ({epsilon_high}) is below epsilon ({config.epsilon}): the upper clip "

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from labkit.config.rules import config_rule
 from labkit.losses.validation import LOG_RATIO_LIMIT, check_same_shape
+from labkit.plugins import config_rule
 
 #: Schulman's KL estimators.
 KL_ESTIMATORS = ("k1", "k2", "k3")

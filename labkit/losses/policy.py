@@ -8,6 +8,7 @@ import math
 import torch
 
 from labkit.losses.aggregation import aggregate
+from labkit.losses.clipped import upper_clip
 from labkit.losses.kl import KL_ESTIMATORS, kl_estimate
 from labkit.losses.ratios import IMPORTANCE_SAMPLING_LEVELS, importance_log_weight, token_log_ratio
 from labkit.losses.registry import LossType, SurrogateInputs, get_loss_type, option_owners
@@ -219,7 +220,7 @@ def policy_loss(
             )
             total = total + entropy_bonus(torch.where(m, entropy, 0), m, entropy_coef) * share
 
-    high = epsilon if epsilon_high is None else epsilon_high
+    high = upper_clip(epsilon, epsilon_high)
     with torch.no_grad():
         metrics.update(_ratio_metrics(log_w, token_lr, adv, m, loss, epsilon, high,
                                       options.get("dual_clip")))
@@ -280,7 +281,7 @@ def policy_loss_settings(config) -> dict:
     return {"loss_type": config.loss_type,
             "importance_sampling_level": config.importance_sampling_level,
             "epsilon": math.inf if unclipped else config.epsilon,
-            "epsilon_high": math.inf if unclipped else config.epsilon_high,
+            "epsilon_high": math.inf if unclipped else config.upper_clip,
             "beta": 0.0 if config.kl_in_reward else config.beta,
             "kl_estimator": config.kl_estimator,
             "use_bias_correction_kl": config.use_bias_correction_kl,

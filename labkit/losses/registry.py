@@ -10,7 +10,7 @@ catalog (a registered loss without a catalog entry is listed from its registrati
 
 Adding a loss is one new file in this package that calls :func:`register_policy_loss`, plus its
 import line in ``labkit/losses/__init__.py``. A knob of its own is declared there too, as a
-:class:`~labkit.config.fields.Setting` (default, range, doc, TRL's name): the config gets a field of that
+:class:`~labkit.plugins.Setting` (default, range, doc, TRL's name): the config gets a field of that
 name, the TRL bridge copies or refuses it, the catalog lists it. ``tests/test_registries.py``
 registers a loss with a setting from a module written to a temporary folder and trains it.
 """
@@ -23,9 +23,8 @@ from types import MappingProxyType
 
 import torch
 
-from labkit.config.fields import Setting
-from labkit.config.registry import Registry
 from labkit.losses.aggregation import AGGREGATIONS
+from labkit.plugins import Registry, Setting
 
 
 @dataclass(frozen=True)
@@ -80,7 +79,7 @@ class LossType:
             :class:`~labkit.config.TrainConfig` field of the same name; ``policy_loss`` accepts
             these beside the shared parameters (a missing one takes its default), and the
             trainer passes them from the config.
-        settings: the options this loss declares (:class:`~labkit.config.fields.Setting`): the config
+        settings: the options this loss declares (:class:`~labkit.plugins.Setting`): the config
             fields it adds. An option given as a bare default names a field declared elsewhere.
         batch_inputs: keywords the loss takes from the batch (attributes of
             :class:`labkit.experience.Experience`, e.g. RL-PLUS's ``demonstrations``); the trainer
@@ -138,7 +137,7 @@ def register_policy_loss(name: str, *, aggregation: str, clipped: bool = False,
                          paper: tuple[str, str | None] | None = None, summary: str = ""):
     """Decorator: register the decorated surrogate as ``loss_type=name`` (returns it unchanged).
 
-    ``options`` maps each of the surrogate's own keywords to a :class:`~labkit.config.fields.Setting`
+    ``options`` maps each of the surrogate's own keywords to a :class:`~labkit.plugins.Setting`
     (a config field this loss declares) or to a bare default (a field declared elsewhere, e.g. by
     another loss). Registering a name twice raises, so two files cannot silently fight over one
     loss type; a test that registers a toy loss removes it with :func:`unregister_policy_loss`.

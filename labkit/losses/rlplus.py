@@ -7,11 +7,10 @@ import math
 
 import torch
 
-from labkit.config.fields import Setting, between
-from labkit.config.rules import config_rule
 from labkit.losses.clipped import no_clip_surrogate
 from labkit.losses.ratios import token_log_ratio
 from labkit.losses.registry import SurrogateInputs, register_policy_loss
+from labkit.plugins import Setting, between, config_rule
 
 
 def focal_weight(logp: torch.Tensor, gamma: float = 0.5) -> torch.Tensor:

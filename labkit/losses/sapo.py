@@ -6,9 +6,9 @@ import math
 
 import torch
 
-from labkit.config.fields import Setting, between
 from labkit.losses.registry import SurrogateInputs, register_policy_loss
 from labkit.losses.validation import exp_ratio
+from labkit.plugins import Setting, between
 
 #: SAPO's own settings, declared once: the config fields, their ranges and TRL's names.
 SETTINGS = {

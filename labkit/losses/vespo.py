@@ -6,9 +6,9 @@ import math
 
 import torch
 
-from labkit.config.fields import Setting, between
 from labkit.losses.registry import SurrogateInputs, register_policy_loss
 from labkit.losses.validation import LOG_RATIO_LIMIT
+from labkit.plugins import Setting, between
 
 #: VESPO's own settings, declared once: the config fields, their ranges and TRL's names.
 SETTINGS = {

@@ -5,7 +5,9 @@ consumer and their queue, deterministic or overlapped in a thread), the correcti
 samples it produces (:mod:`labkit.offpolicy.correction`: TIS, IcePop, decoupled PPO), and the
 admission choices of a sampler whose groups take different times (:mod:`labkit.offpolicy.
 admission`: discard stale groups or slow the sampler down), and partial rollouts continued by
-newer weights (:mod:`labkit.offpolicy.partial`).
+newer weights (:mod:`labkit.offpolicy.partial`). The trainer meets them through one small
+protocol, :class:`~labkit.offpolicy.producers.BatchSource`; a producer samples through the run's
+:class:`~labkit.engine.sampling.Sampling` and never reads the trainer.
 """
 
 from labkit.offpolicy.admission import (
@@ -25,7 +27,7 @@ from labkit.offpolicy.correction import (
     offpolicy_terms,
 )
 from labkit.offpolicy.partial import PartialBatch, PartialRolloutSampler
-from labkit.offpolicy.producers import make_producer
+from labkit.offpolicy.producers import BatchSource, make_producer
 from labkit.offpolicy.staleness import (
     ASYNC_MODES,
     AheadSampler,
@@ -35,7 +37,8 @@ from labkit.offpolicy.staleness import (
 )
 
 __all__ = ["ADMISSIONS", "ASYNC_MODES", "CORRECTIONS", "OUTCOMES", "RATIO_QUANTILES",
-           "AdmissionClock", "AdmissionRun", "AdmissionSampler", "AheadSampler", "OffPolicyTerms",
+           "AdmissionClock", "AdmissionRun", "AdmissionSampler", "AheadSampler", "BatchSource",
+           "OffPolicyTerms",
            "OverlappedSampler", "PartialBatch", "PartialRolloutSampler", "StampedBatch",
            "correct_batch", "make_producer", "offpolicy_metrics", "offpolicy_terms",
            "simulate_admission", "version_stamp"]

@@ -40,14 +40,13 @@ from dataclasses import dataclass, fields, replace
 
 import pandas as pd
 
-from labkit.config.rules import config_rule
-from labkit.engine.sampling import sample_round, synced_sampling_model
 from labkit.offpolicy.staleness import (
     StampedBatch,
     experience_from_state,
     experience_state,
     version_stamp,
 )
+from labkit.plugins import config_rule
 
 #: ``staleness_admission`` values (None: whole batches, no clock: :mod:`labkit.offpolicy.staleness`).
 ADMISSIONS = ("discard", "slow_down")
@@ -252,45 +251,42 @@ def _round_rows(round_, rows: slice):
 
 class AdmissionSampler:
     """The trainer's producer with ``staleness_admission``: the simulated clock decides which
-    groups each step trains; each group is really sampled, with the trainer's weights of the
+    groups each step trains; each group is really sampled, with the policy's weights of the
     moment it starts on the clock (its version), and the step's batch is assembled from the
-    groups the clock hands over (:meth:`labkit.trainer.Trainer.assemble_batch`). One thread,
+    groups the clock hands over (:meth:`labkit.engine.sampling.Sampling.assemble`). One thread,
     deterministic: a seed gives the same run, and a checkpoint stores the clock and the groups
     in flight (:meth:`state_dict`)."""
 
     samples_in_thread = False  # the training thread samples (AheadSampler.samples_in_thread)
 
-    def __init__(self, trainer):
-        cfg = trainer.config
-        if trainer.environment_factory is not None:
+    def __init__(self, sampling, max_staleness: int, admission: str, train_time: float):
+        if sampling.environment_factory is not None:
             raise ValueError(
-                f"staleness_admission={cfg.staleness_admission!r} is not available with episodes "
+                f"staleness_admission={admission!r} is not available with episodes "
                 f"(environment_factory): the clock splits each sampling round into groups, and "
                 f"an episode round's tool calls and turns are recorded for the round, not per "
                 f"group, so its episode columns would be lost. Train episodes stale with "
                 f"max_staleness alone (whole batches, staleness_admission=None)")
-        self.clock = AdmissionClock(cfg.prompts_per_step, cfg.max_staleness,
-                                    cfg.staleness_admission, cfg.admission_train_time)
+        self.sampling = sampling  # the run's labkit.engine.sampling.Sampling
+        self.clock = AdmissionClock(sampling.config.prompts_per_step, max_staleness, admission,
+                                    train_time)
         self.groups: dict[int, tuple] = {}  # id -> (Experience, SampledRound, seconds), untrained
         self.about: dict[int, dict] = {}  # id -> prompt_index, family, difficulty, mean_length
 
-    def _start(self, trainer, n: int) -> list[float]:
-        """Sample n groups now with the trainer's current weights; their decoding times."""
-        generations = trainer.config.num_generations
-        indices = trainer.sampler.take(n)
-        batch, round_, seconds = sample_round(
-            trainer.sampling_inputs(), indices,
-            synced_sampling_model(trainer.model, trainer.sampling_model), trainer.sampler,
-            trainer.generator)
+    def _start(self, n: int, temperature: float) -> list[float]:
+        """Sample n groups now with the current weights; their decoding times."""
+        generations = self.sampling.config.num_generations
+        indices, batch, round_, seconds = self.sampling.groups(n, temperature)
         lengths = batch.lengths.view(n, generations).float()
-        columns = trainer.train_dataset.column_names
+        data = self.sampling.train_dataset
+        columns = data.column_names
         for j, index in enumerate(indices):
             rows = slice(j * generations, (j + 1) * generations)
             group = self.clock.next_id + j
             part = batch.select(rows)
             part.token_versions = version_stamp(part, self.clock.version)
             self.groups[group] = (part, _round_rows(round_, rows), seconds / n)
-            row = trainer.train_dataset[int(index)]
+            row = data[int(index)]
             self.about[group] = {
                 "prompt_index": int(index),
                 "family": row["family"] if "family" in columns else None,
@@ -298,22 +294,23 @@ class AdmissionSampler:
                 "mean_length": float(lengths[j].mean())}
         return lengths.amax(1).tolist()
 
-    def next(self, trainer) -> StampedBatch:
-        """The step's batch: run the clock until the trainer has prompts_per_step groups."""
-        result = self.clock.step(lambda n: self._start(trainer, n))
+    def next(self, step: int) -> StampedBatch:
+        """The batch of ``step``: run the clock until the trainer has prompts_per_step groups."""
+        temperature = self.sampling.temperature_at(step)  # constant (_check_admission)
+        result = self.clock.step(lambda n: self._start(n, temperature))
         if result is None:  # the prompt sampler never runs dry; kept as a clear failure
             raise RuntimeError("the admission clock ran out of groups to sample")
         batch_groups, discarded, wait = result
         for g in discarded:
             del self.groups[g.id]
         parts = [self.groups.pop(g.id) for g in batch_groups]
-        batch, row = trainer.assemble_batch([p[0] for p in parts], [p[1] for p in parts],
-                                            sum(p[2] for p in parts))
+        batch, row = self.sampling.assemble([p[0] for p in parts], [p[1] for p in parts],
+                                            temperature, sum(p[2] for p in parts))
         trained_at = self.clock.version - 1
         stale = [trained_at - g.version for g in batch_groups]
         row.update(groups_discarded=len(discarded), admission_wait=wait,
                    staleness_mean=sum(stale) / len(stale))
-        return StampedBatch(batch, row, min(g.version for g in batch_groups), trainer.temperature)
+        return StampedBatch(batch, row, min(g.version for g in batch_groups), temperature)
 
     def log(self) -> pd.DataFrame:
         """One row per sampled group: group, prompt_index, family, difficulty, length (its

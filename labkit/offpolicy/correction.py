@@ -66,9 +66,9 @@ from types import SimpleNamespace
 
 import torch
 
-from labkit.config.fields import number
-from labkit.config.rules import config_rule
-from labkit.losses import kl_estimate
+from labkit.losses import kl_estimate, upper_clip
+from labkit.plugins import config_rule
+from labkit.plugins.settings import number
 from labkit.tricks.mismatch import mismatch_weights
 
 #: ``offpolicy_correction`` values, in the order of the module docstring's table.
@@ -145,7 +145,7 @@ def offpolicy_terms(prox_logp: torch.Tensor, behav_logp: torch.Tensor, mask: tor
                                               clip_min=None if correction == "decoupled"
                                               else floor)
         corrected = corrected & m
-    high = epsilon if epsilon_high is None else epsilon_high
+    high = upper_clip(epsilon, epsilon_high)
     clip_region = m & ((ratio < 1 - epsilon) | (ratio > 1 + high))
     return OffPolicyTerms(ratio, weights, corrected, clip_region)
 

@@ -29,22 +29,13 @@ tokens, the heads.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, fields, replace
 
 import torch
 
-from labkit.config.rules import config_rule
-from labkit.engine.sampling import scored_round, synced_sampling_model
 from labkit.offpolicy.staleness import AheadSampler, StampedBatch, version_stamp
-from labkit.rollout import (
-    ContextLengthError,
-    Rollout,
-    check_context,
-    continue_rollout,
-    encode_prompts,
-    generate_from_ids,
-)
+from labkit.plugins import config_rule
+from labkit.rollout import Rollout
 
 
 @dataclass
@@ -72,69 +63,49 @@ class PartialRolloutSampler(AheadSampler):
     queue holds :class:`PartialBatch` es (started) and
     :class:`~labkit.offpolicy.staleness.StampedBatch` es (finished and scored)."""
 
-    def __init__(self, trainer):
-        if trainer.environment_factory is not None:
+    def __init__(self, sampling, max_staleness: int, chunk: int):
+        if sampling.environment_factory is not None:
             raise ValueError(
                 "partial_rollouts=True is not available with episodes (environment_factory): a "
                 "chunk boundary would fall inside a turn, between the tool calls the episode "
                 "loop answers; train episodes stale with max_staleness alone "
                 "(partial_rollouts=False)")
-        super().__init__(trainer.config.max_staleness)
-        self.chunk = chunk_length(trainer.config)
+        super().__init__(sampling, max_staleness)
+        self.chunk = chunk
 
-    def next(self, trainer) -> StampedBatch:
+    def next(self, step: int) -> StampedBatch:
         """The weight sync (every batch started by older weights goes on with this step's),
         then :class:`AheadSampler`'s queue; returns the oldest batch, finished."""
         self.queue = type(self.queue)(
-            self._finish(trainer, item) if isinstance(item, PartialBatch)
-            and item.version < trainer.step else item for item in self.queue)
+            self._finish(item, step) if isinstance(item, PartialBatch)
+            and item.version < step else item for item in self.queue)
         while len(self.queue) <= self.max_staleness:
-            self.queue.append(self._start(trainer))
+            self.queue.append(self._start(step))
         item = self.queue.popleft()
         if isinstance(item, PartialBatch):  # before the first update: no newer weights exist
-            item = self._finish(trainer, item)
+            item = self._finish(item, step)
         return replace(item, row=dict(item.row))
 
-    def _start(self, trainer) -> PartialBatch:
-        """Decode the heads of the next batch with the current weights. Its prompts must leave
-        room for all ``max_completion_length`` tokens, not only the head's."""
-        cfg = trainer.config
-        indices = trainer.sampler.take(cfg.prompts_per_step)
-        model = synced_sampling_model(trainer.model, trainer.sampling_model)
-        prompt_ids, prompt_mask = encode_prompts(
-            trainer.tokenizer, trainer.train_dataset[indices]["prompt"], trainer.device)
-        try:
-            check_context(model, prompt_mask, cfg.max_completion_length)
-        except ContextLengthError as error:
-            raise ContextLengthError(f"train_dataset row {indices[error.row]}: {error}",
-                                     indices[error.row]) from None
-        tic = time.perf_counter()
-        head = generate_from_ids(model, trainer.tokenizer, prompt_ids, prompt_mask,
-                                 num_generations=cfg.num_generations,
-                                 max_completion_length=self.chunk,
-                                 temperature=trainer.temperature, top_p=cfg.top_p,
-                                 top_k=cfg.top_k, generator=trainer.generator,
-                                 check_context_length=False)
-        return PartialBatch(list(indices), head, trainer.step, trainer.temperature,
-                            time.perf_counter() - tic)
+    def _start(self, step: int) -> PartialBatch:
+        """Decode the heads of the next batch with the current weights (those of ``step``); the
+        shared sampling code refuses prompts that leave no room for all
+        ``max_completion_length`` tokens, not only the head's
+        (:func:`labkit.engine.sampling.sampled_rollout`)."""
+        temperature = self.sampling.temperature_at(step)
+        indices, head, seconds = self.sampling.heads(self.sampling.config.prompts_per_step,
+                                                     temperature, self.chunk)
+        return PartialBatch(list(indices), head, step, temperature, seconds)
 
-    def _finish(self, trainer, item: PartialBatch) -> StampedBatch:
-        """Continue ``item``'s unfinished completions with the current weights, score the batch
-        and stamp each token with the version that sampled it."""
-        cfg = trainer.config
-        tic = time.perf_counter()
-        rollout = continue_rollout(
-            synced_sampling_model(trainer.model, trainer.sampling_model), trainer.tokenizer,
-            item.head, max_completion_length=cfg.max_completion_length,
-            temperature=item.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
-            generator=trainer.generator)
-        seconds = item.seconds + time.perf_counter() - tic
-        batch, round_, seconds = scored_round(trainer.sampling_inputs(), item.indices, rollout,
-                                              trainer.sampler, seconds)
-        batch, row = trainer.assemble_batch([batch], [round_], seconds)
+    def _finish(self, item: PartialBatch, step: int) -> StampedBatch:
+        """Continue ``item``'s unfinished completions with the current weights (those of
+        ``step``), score the batch and stamp each token with the version that sampled it."""
+        batch, round_, seconds = self.sampling.finish(item.indices, item.head, item.temperature,
+                                                      item.seconds)
+        batch, row = self.sampling.assemble([batch], [round_], self.sampling.temperature_at(step),
+                                            seconds)
         columns = torch.arange(batch.completion_ids.size(1), device=batch.completion_ids.device)
         batch.token_versions = version_stamp(
-            batch, torch.where(columns < self.chunk, item.version, trainer.step))
+            batch, torch.where(columns < self.chunk, item.version, step))
         sampled = batch.token_versions >= 0
         row["newer_version_frac"] = (float((batch.token_versions > item.version)[sampled]
                                            .float().mean()) if sampled.any() else math.nan)

@@ -23,12 +23,12 @@ batch trained at step ``t`` is ``t - version``. ``max_staleness`` (k) bounds it;
   overlapped run is **not** bit-reproducible; ``queue_wait`` logs the seconds the trainer waited
   for the sampler. k = 0 makes it synchronous (the sampler waits for every update).
 
-The trainer asks :func:`labkit.offpolicy.producers.make_producer` for the mode's producer, takes
-each step's batch with ``producer.next(trainer)`` (a :class:`StampedBatch`) and closes it at the
-end of training. A step that fails before its update gives its batch back
-(``producer.snapshot()`` before the step, ``producer.restore(snapshot)`` after the failure), so
-the retry trains it; ``producer.samples_in_thread`` says whether the trainer rewinds the prompt
-sampler and the random streams as well (no: a thread of the producer's draws from them).
+Both are :class:`~labkit.offpolicy.producers.BatchSource` s: the trainer asks
+:func:`labkit.offpolicy.producers.make_producer` for the mode's producer (none when
+``max_staleness = 0``: the synchronous step samples its batch itself), takes each step's batch
+with ``producer.next(step)`` (a :class:`StampedBatch`) and closes it at the end of training. A
+producer samples through the run's :class:`~labkit.engine.sampling.Sampling`, handed to it when
+it is built; it never sees the trainer.
 """
 
 from __future__ import annotations
@@ -42,8 +42,7 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 
-from labkit.config.rules import config_rule
-from labkit.tricks.temperature import temperature_at
+from labkit.plugins import config_rule
 
 #: ``async_mode`` values.
 ASYNC_MODES = ("deterministic", "overlapped")
@@ -56,7 +55,7 @@ class StampedBatch:
     batch: object
     """the :class:`labkit.experience.Experience` of the step"""
     row: dict
-    """its sampling metrics (:meth:`labkit.trainer.Trainer.sample_and_score`)"""
+    """its sampling metrics (:meth:`labkit.engine.sampling.Sampling.assemble`)"""
     version: int
     """the trainer step whose weights sampled it (0 = the initial weights)"""
     temperature: float
@@ -72,17 +71,19 @@ class AheadSampler:
     #: prompt sampler and the random streams, and :meth:`restore` puts the queue back.
     samples_in_thread = False
 
-    def __init__(self, max_staleness: int):
+    def __init__(self, sampling, max_staleness: int):
+        self.sampling = sampling  # the run's labkit.engine.sampling.Sampling
         self.max_staleness = max_staleness
         self.queue: deque[StampedBatch] = deque()
 
-    def next(self, trainer) -> StampedBatch:
-        """The batch of this step: fill the queue to k + 1 with the current weights, pop the
-        oldest."""
+    def next(self, step: int) -> StampedBatch:
+        """The batch of ``step``: fill the queue to k + 1 with the current weights (version
+        ``step``, at its temperature), pop the oldest."""
         while len(self.queue) <= self.max_staleness:
-            batch, row = trainer.sample_and_score()
-            batch.token_versions = version_stamp(batch, trainer.step)
-            self.queue.append(StampedBatch(batch, row, trainer.step, trainer.temperature))
+            temperature = self.sampling.temperature_at(step)
+            batch, row = self.sampling.batch(temperature)
+            batch.token_versions = version_stamp(batch, step)
+            self.queue.append(StampedBatch(batch, row, step, temperature))
         stamped = self.queue.popleft()
         return replace(stamped, row=dict(stamped.row))  # a retried step starts from a clean row
 
@@ -139,23 +140,6 @@ def experience_from_state(state: dict):
     return Experience(**state)
 
 
-class _SamplerView:
-    """What the sampling code reads of a trainer, with the sampler thread's own weights: the
-    thread samples through :meth:`labkit.trainer.Trainer.sample_and_score` with this in place of
-    the trainer, so both modes run the same sampling code."""
-
-    def __init__(self, trainer, model):
-        self._trainer = trainer
-        self.model, self.sampling_model = model, None
-        self.temperature = trainer.temperature
-
-    def __getattr__(self, name):  # config, tokenizer, datasets, rewards, generator, sampler...
-        method = getattr(type(self._trainer), name, None)
-        if callable(method) and not isinstance(method, type):
-            return method.__get__(self)  # a trainer method runs on the view's model
-        return getattr(self._trainer, name)
-
-
 class OverlappedSampler:
     """Overlapped mode: a sampling thread beside the training thread (module docstring).
 
@@ -174,40 +158,44 @@ class OverlappedSampler:
     #: Seconds :meth:`close` waits for the thread to finish the batch it is sampling.
     STOP_TIMEOUT_S = 60.0
 
-    def __init__(self, trainer, max_staleness: int):
+    def __init__(self, sampling, max_staleness: int, step: int = 0):
+        # step: the version of the policy's weights now (0: a trainer not yet stepped)
         self.max_staleness = max_staleness
-        source = trainer.sampling_model if trainer.sampling_model is not None else trainer.model
+        self._sampling = sampling  # the run's labkit.engine.sampling.Sampling
+        source = sampling.sampling_model if sampling.sampling_model is not None \
+            else sampling.policy
         self._published = copy.deepcopy(source).eval().requires_grad_(False)
-        self._view = _SamplerView(trainer, copy.deepcopy(self._published))
-        self._sample = type(trainer).sample_and_score
-        self._decoding = trainer.decoding
+        # the thread's own weights, copied from the published ones before each batch: the
+        # trainer's may change (an update, a publish) while a batch is being sampled
+        self._model = copy.deepcopy(self._published)
         self._ready: deque[StampedBatch] = deque()
         self._condition = threading.Condition()
-        self._version = trainer.step
-        self._started = trainer.step  # batches started so far (the next one is for this step)
+        self._version = step
+        self._started = step  # batches started so far (the next one is for this step)
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()  # the current thread's; a new thread gets a new one
         self._handed: StampedBatch | None = None  # the batch of the step in progress
 
     # ---- the training thread -----------------------------------------------------------------
-    def publish(self, trainer, force: bool = False) -> None:
-        """Copy the trainer's current weights to where the sampler thread reads them (when they
-        are a newer version, or ``force``: weights loaded into the model between runs)."""
+    def publish(self, step: int, force: bool = False) -> None:
+        """Copy the policy's current weights, those of ``step``, to where the sampler thread
+        reads them (when they are a newer version, or ``force``: weights loaded into the model
+        between runs)."""
         with self._condition:
-            if trainer.step == self._version and not force:
+            if step == self._version and not force:
                 return
             with torch.no_grad():
                 for published, weight in zip(self._published.parameters(),
-                                             trainer.model.parameters(), strict=True):
+                                             self._sampling.policy.parameters(), strict=True):
                     published.copy_(weight)
-            self._version = trainer.step
+            self._version = step
             self._condition.notify_all()
 
-    def next(self, trainer) -> StampedBatch:
+    def next(self, step: int) -> StampedBatch:
         """Publish this step's weights, then wait for the oldest sampled batch."""
-        self._ensure_thread(trainer)
-        self.publish(trainer)
+        self._ensure_thread(step)
+        self.publish(step)
         tic = time.perf_counter()
         with self._condition:
             while not self._ready and self._error is None:
@@ -250,20 +238,20 @@ class OverlappedSampler:
             if not self._thread.is_alive():
                 self._thread = None
 
-    def _ensure_thread(self, trainer) -> None:
+    def _ensure_thread(self, step: int) -> None:
         """Start a sampling thread unless one runs: once the stopped one has ended (one thread
         at a time draws prompts) and its error, if any, was raised (:meth:`next` raises it
-        first), with the trainer's weights as they are now (weights loaded into the model since
-        the last thread included), stamped with its step."""
+        first), with the policy's weights as they are now (weights loaded into the model since
+        the last thread included), stamped with ``step``."""
         if self._thread is not None and not self._stop.is_set():
             return
         while self._thread is not None and self._thread.is_alive():
             self._thread.join(timeout=1.0)  # in a loop: Ctrl-C is seen between the waits
         if self._error is not None:
             return
-        self.publish(trainer, force=True)
+        self.publish(step, force=True)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(trainer, self._stop),
+        self._thread = threading.Thread(target=self._run, args=(self._stop,),
                                         daemon=True, name="labkit-sampler")
         self._thread.start()
 
@@ -274,7 +262,7 @@ class OverlappedSampler:
         return (self._started - self._version <= self.max_staleness
                 and len(self._ready) <= self.max_staleness)
 
-    def _run(self, trainer, stop: threading.Event) -> None:
+    def _run(self, stop: threading.Event) -> None:
         """The thread's body: sample batches until ``stop``. An ``Exception`` (a reward
         function's, the model's) is handed to the training thread, which raises it at its next
         batch. A ``BaseException`` that is not one (``SystemExit`` from a reward function; a
@@ -283,7 +271,7 @@ class OverlappedSampler:
         forever. Either way the thread's stop flag is set: it has ended."""
         error: BaseException | None = None
         try:
-            self._sample_until(trainer, stop)
+            self._sample_until(stop)
         # Not swallowed: the training thread raises it (next). Reward functions are the user's
         # code, so any Exception can come from them; naming a few would let the rest end the
         # thread on a traceback the notebook never sees.
@@ -298,9 +286,8 @@ class OverlappedSampler:
                 stop.set()
                 self._condition.notify_all()
 
-    def _sample_until(self, trainer, stop: threading.Event) -> None:
+    def _sample_until(self, stop: threading.Event) -> None:
         """Sample each admitted batch with the published weights, until ``stop``."""
-        cfg, view = trainer.config, self._view
         while True:
             with self._condition:
                 while not stop.is_set() and not self._admitted():
@@ -308,30 +295,27 @@ class OverlappedSampler:
                 if stop.is_set():
                     return
                 with torch.no_grad():
-                    for own, published in zip(view.model.parameters(),
+                    for own, published in zip(self._model.parameters(),
                                               self._published.parameters(), strict=True):
                         own.copy_(published)
                 version = self._version
-            view.temperature = temperature_at(version, cfg.max_steps, cfg.temperature,
-                                              cfg.temperature_final,
-                                              cfg.temperature_schedule)
-            batch, row = self._sample_batch(trainer)
+            temperature = self._sampling.temperature_at(version)
+            batch, row = self._sample_batch(temperature)
             batch.token_versions = version_stamp(batch, version)
             with self._condition:
-                self._ready.append(StampedBatch(batch, row, version, view.temperature))
+                self._ready.append(StampedBatch(batch, row, version, temperature))
                 self._started += 1
                 self._condition.notify_all()
 
-    def _sample_batch(self, trainer):
-        """One batch from the view; a failure puts the prompt sampler and the generator back
-        where the batch began, so the next thread samples the same prompts."""
-        streams = (trainer.generator.get_state(), trainer.sampler.state_dict())
+    def _sample_batch(self, temperature: float):
+        """One batch by the thread's own weights; a failure puts the prompt sampler and the
+        generator back where the batch began, so the next thread samples the same prompts."""
+        streams = self._sampling.streams()
         try:
-            with self._decoding():
-                return self._sample(self._view)
+            with self._sampling.decoding():  # a thread starts outside the trainer's settings
+                return self._sampling.batch(temperature, model=self._model)
         except BaseException:
-            trainer.generator.set_state(streams[0])
-            trainer.sampler.load_state_dict(streams[1])
+            self._sampling.rewind(streams)
             raise
 
 

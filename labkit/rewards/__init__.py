@@ -12,13 +12,20 @@ module                 what
 ``length.py``          length rewards: Kimi, LASER, budget control, DLER truncation
 ``diversity.py``       DRA-GRPO's diversity-adjusted rewards (arXiv 2505.09655)
 ``environment.py``     an episode's outcome and per-turn rewards, kept by its environment
+``registry.py``        :func:`register_reward`, :data:`REWARD_REGISTRY`: the rewards a data file
+                       may name, each registered by the file that implements it
 =====================  ==========================================================================
 
-A data file names a reward by key (:data:`NAMED_REWARDS`, read by :func:`named_reward`), never by
-an import path: a reference-run spec must not decide what code runs. A reward function of your
-own is passed in Python (``train(..., reward_funcs=[fn])``), where you can read it.
+A data file names a reward by its key (:data:`REWARD_REGISTRY`, read by :func:`named_reward`),
+never by an import path: a reference-run spec must not decide what code runs. A reward function of
+your own is passed in Python (``train(..., reward_funcs=[fn])``), where you can read it. Adding a
+named reward is a new file here that registers it (``@register_reward("key", summary=...)``) plus
+its import line below.
 """
 
+# The named rewards, one file each: importing a file registers its rewards.
+from labkit.rewards import environment, judge, ttrl, verifiers  # noqa: F401
+from labkit.rewards.registry import REWARD_REGISTRY, get_reward, register_reward, reward_names
 from labkit.rewards.rule_based import (
     RewardFunctionError,
     accuracy_reward,
@@ -30,49 +37,21 @@ from labkit.rewards.rule_based import (
     reward_function_names,
 )
 
-#: Keys a data file may use for a reward function, and what each builds.
-NAMED_REWARDS = {
-    "accuracy": "labkit.rewards.accuracy_reward: 1 for a right answer (strict)",
-    "format": "labkit.rewards.format_reward: the think/answer format",
-    "lenient_length": "labkit.rewards.verifiers.lenient_length_reward (a lax verifier)",
-    "answer_anywhere": "labkit.rewards.verifiers.answer_anywhere_reward (a lax verifier)",
-    "format_only": "labkit.rewards.verifiers.format_only_reward (a lax verifier)",
-    "digit_credit": "labkit.rewards.verifiers.digit_credit_reward (partial credit)",
-    "ttrl_vote": "labkit.rewards.ttrl.ttrl_reward (majority-vote pseudo-labels, no answers)",
-    "judge": "labkit.rewards.judge.JudgeReward on the shipped tiny judge",
-    "environment": "labkit.rewards.environment.environment_reward (an episode's outcome)",
-    "turns": "labkit.rewards.environment.turn_reward (the sum of an episode's per-turn rewards)",
-}
-
-#: The named rewards that read an episode's environment (what each reads:
-#: :data:`labkit.rewards.environment.READS`); a spec naming one needs an environment that keeps it.
-ENVIRONMENT_REWARDS = ("environment", "turns")
-
 
 def named_reward(name):
-    """The reward function a data file calls ``name`` (a key of :data:`NAMED_REWARDS`).
+    """The reward function a data file calls ``name`` (a key of :data:`REWARD_REGISTRY`).
 
     Anything else is refused with the list of keys: no name in a file is ever imported.
     """
-    if not isinstance(name, str) or name not in NAMED_REWARDS:
+    if not isinstance(name, str) or name not in REWARD_REGISTRY:
         raise ValueError(
             f"reward function {name!r} is not one of the lab's named rewards "
-            f"({', '.join(NAMED_REWARDS)}); a data file names rewards by these keys only, and a "
+            f"({', '.join(REWARD_REGISTRY)}); a data file names rewards by these keys only, and a "
             f"reward function of your own is passed in Python: "
             f"train(..., reward_funcs=[my_reward])")
-    from labkit.rewards import environment, judge, ttrl, verifiers  # on demand: a judge loads
-
-    if name == "judge":
-        return judge.JudgeReward(*judge.load_judge())
-    return {"accuracy": accuracy_reward, "format": format_reward,
-            "lenient_length": verifiers.lenient_length_reward,
-            "answer_anywhere": verifiers.answer_anywhere_reward,
-            "format_only": verifiers.format_only_reward,
-            "digit_credit": verifiers.digit_credit_reward, "ttrl_vote": ttrl.ttrl_reward,
-            "environment": environment.environment_reward,
-            "turns": environment.turn_reward}[name]
+    return REWARD_REGISTRY[name].function()
 
 
-__all__ = ["ENVIRONMENT_REWARDS", "NAMED_REWARDS", "RewardFunctionError", "accuracy_reward", "combine_rewards_by_weight",
-           "completion_content", "extract_answer", "format_reward", "named_reward",
-           "per_completion", "reward_function_names"]
+__all__ = ["REWARD_REGISTRY", "RewardFunctionError", "accuracy_reward", "combine_rewards_by_weight",
+           "completion_content", "extract_answer", "format_reward", "get_reward", "named_reward",
+           "per_completion", "register_reward", "reward_function_names", "reward_names"]

@@ -11,7 +11,10 @@ arXiv 2504.20073, section 3, against the sparse outcome).
 
 from __future__ import annotations
 
+from labkit.rewards.registry import REWARD_REGISTRY, register_reward
 
+
+@register_reward("environment", summary="an episode's outcome", reads="get_reward")
 def environment_reward(prompts, completions, environments=None, **columns) -> list:
     """Each episode's outcome, ``environment.get_reward()`` as the environment returns it (the
     trainer's check, :func:`labkit.rewards.rule_based.check_rewards`, refuses a value that is not
@@ -22,6 +25,8 @@ def environment_reward(prompts, completions, environments=None, **columns) -> li
     return [env.get_reward() if hasattr(env, "get_reward") else None for env in environments]
 
 
+@register_reward("turns", summary="the sum of an episode's per-turn rewards",
+                 reads="turn_rewards")
 def turn_reward(prompts, completions, environments=None, **columns) -> list[float | None]:
     """The sum of each episode's per-turn rewards (``environment.turn_rewards``); None where the
     environment keeps none."""
@@ -31,18 +36,15 @@ def turn_reward(prompts, completions, environments=None, **columns) -> list[floa
             for env in environments]
 
 
-#: What each environment reward reads from an episode's environment.
-READS = {environment_reward: "get_reward", turn_reward: "turn_rewards"}
-
-
 def check_environment_rewards(funcs, environment, where: str) -> None:
-    """Refuse an environment reward (:data:`READS`) in ``funcs`` that would return None for every
-    completion: there is no environment (``environment`` None), or it lacks what the reward
-    reads. Such a run has no reward at all, or only the other functions', and nothing says so.
-    ``environment`` is one instance of the run's environment; ``where`` names it (or says how to
-    give one) in the message."""
+    """Refuse a reward in ``funcs`` that reads the environment (a named reward registered with
+    ``reads``) and would return None for every completion: there is no environment
+    (``environment`` None), or it lacks what the reward reads. Such a run has no reward at all, or
+    only the other functions', and nothing says so. ``environment`` is one instance of the run's
+    environment; ``where`` names it (or says how to give one) in the message."""
     for fn in funcs:
-        attribute = next((a for reader, a in READS.items() if fn is reader), None)
+        attribute = next((reward.reads for reward in REWARD_REGISTRY.values()
+                          if reward.code is fn), None)
         if attribute is None or (environment is not None and hasattr(environment, attribute)):
             continue
         problem = ("there is no environment" if environment is None

@@ -58,6 +58,7 @@ import pandas as pd
 import torch
 
 from labkit.models import CONTROL_TOKENS
+from labkit.rewards.registry import register_reward
 from labkit.rewards.rule_based import completion_content, completion_list
 from labkit.rollout import encode_prompts
 from labkit.tasks import data_dir
@@ -165,6 +166,8 @@ def load_judge(path=None, *, device="cpu", dtype="float32"):
     return load_policy(str(path), device=device, dtype=dtype)
 
 
+@register_reward("judge", summary="the shipped tiny judge",
+                 build=lambda: JudgeReward(*load_judge()))
 class JudgeReward:
     """A reward function scored by a judge model: ``reward(prompts, completions, **columns)``
     returns P(Y) per completion (or a sampled 0/1 verdict with ``sampled=True``).

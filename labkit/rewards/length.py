@@ -42,7 +42,7 @@ from __future__ import annotations
 import torch
 
 from labkit.advantages import as_float, check_lengths, group_lengths, group_rows
-from labkit.config.rules import config_rule
+from labkit.plugins import config_rule
 
 __all__ = [
     "LENGTH_REWARDS",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from numbers import Real
 
+from labkit.rewards.registry import register_reward
 from labkit.tasks import (
     ANSWER_CLOSE,
     ANSWER_OPEN,
@@ -106,6 +107,7 @@ def can_judge(family, answer) -> bool:
     return family in CHECKABLE_FAMILIES and answer is not None
 
 
+@register_reward("accuracy", summary="1 for a right answer (strict)")
 def accuracy_reward(prompts, completions, **columns) -> list[float | None]:
     """1.0 when the last answer passes :func:`labkit.tasks.check_answer`, else 0.0.
 
@@ -126,6 +128,7 @@ def accuracy_reward(prompts, completions, **columns) -> list[float | None]:
     return rewards
 
 
+@register_reward("format", summary="the think/answer format")
 def format_reward(prompts, completions, **columns) -> list[float]:
     """1.0 when the completion is exactly ``<think>...</think><answer>...</answer>``, else 0.0.
 

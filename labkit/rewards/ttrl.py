@@ -49,6 +49,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from labkit.rewards.registry import register_reward
 from labkit.rewards.rule_based import completion_content, completion_list, extract_answer
 from labkit.tasks import CHECKABLE_FAMILIES, check_answer, format_expression, parse_expression
 from labkit.tasks.grading import _int_or_none, _parse_decimal
@@ -148,6 +149,7 @@ def majority_labels(prompts, completions, family=None):
     return keys, labels, label_texts, shares
 
 
+@register_reward("ttrl_vote", summary="majority-vote pseudo-labels, no answers")
 def ttrl_reward(prompts, completions, *, family=None, **_ignored) -> list[float]:
     """TTRL's majority-vote reward: 1.0 when a completion's answer equals the majority answer of
     its prompt's completions in this call, else 0.0.

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import re
 
+from labkit.rewards.registry import register_reward
 from labkit.rewards.rule_based import (
     accuracy_reward,
     completion_content,
@@ -92,6 +93,7 @@ def _row(columns: dict, i: int) -> dict:
     return {name: _at(values, i) for name, values in columns.items()}
 
 
+@register_reward("lenient_length", summary="a lax verifier")
 def lenient_length_reward(prompts, completions, *, min_think_chars: int = LONG_THINK_CHARS,
                           **columns) -> list[float | None]:
     """1.0 when the answer is right (strict :func:`labkit.rewards.accuracy_reward`) OR the think
@@ -114,6 +116,7 @@ def lenient_length_reward(prompts, completions, *, min_think_chars: int = LONG_T
     return rewards
 
 
+@register_reward("answer_anywhere", summary="a lax verifier")
 def answer_anywhere_reward(prompts, completions, **columns) -> list[float | None]:
     """1.0 when the reference answer's text occurs anywhere in the completion, think included
     (a plain substring test, as in ``answer in text``), else 0.0. None where the row has no
@@ -136,6 +139,7 @@ def answer_anywhere_reward(prompts, completions, **columns) -> list[float | None
     return rewards
 
 
+@register_reward("format_only", summary="a lax verifier")
 def format_only_reward(prompts, completions, **columns) -> list[float]:
     """:func:`labkit.rewards.format_reward` under its own name: 1.0 for the exact
     ``<think>...</think><answer>...</answer>`` layout, whatever the answer.
@@ -190,6 +194,7 @@ def sort_credit(predicted: str, answer: str) -> float:
     return sum(a == b for a, b in zip(mine, theirs)) / max(len(mine), len(theirs))
 
 
+@register_reward("digit_credit", summary="partial credit")
 def digit_credit_reward(prompts, completions, **columns) -> list[float | None]:
     """Partial credit: the share of the answer's digits right in place (:func:`digit_credit`)
     for the numeric families, of the list's slots right (:func:`sort_credit`) for sort, and the

@@ -26,7 +26,7 @@ import math
 import os
 from pathlib import Path
 
-from labkit.config.fields import int_at_least
+from labkit.runtime.counts import int_at_least
 
 #: Where Linux mounts the cgroup tree.
 DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"

@@ -73,7 +73,7 @@ from dataclasses import dataclass, field
 import torch
 
 from labkit.config import TrainConfig
-from labkit.config.fields import count_option
+from labkit.runtime.counts import count_option
 from labkit.scale.bench_memory import alternating_reward, prompt_length
 
 SETTINGS = {"prompts": 16, "num_generations": 8, "max_completion_length": 64,

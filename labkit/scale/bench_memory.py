@@ -39,7 +39,7 @@ import time
 import torch
 
 from labkit.config import TrainConfig
-from labkit.config.fields import count_option
+from labkit.runtime.counts import count_option
 
 #: The measured step: G = 2 completions of 2 prompts, 16 new tokens, float32 on the CPU.
 DEFAULTS = {"prompts": 2, "generations": 2, "completion_length": 16, "seed": 0}

@@ -24,7 +24,7 @@ ANSWER_CLOSE = "</answer>"
 STYLES = ("direct", "worked", "verbose")
 DEFAULT_STYLE_WEIGHTS = {"direct": 0.4, "worked": 0.4, "verbose": 0.2}
 #: The style mix the shipped tiny Qwen was warm-started on (``python -m labkit build_tiny``), which
-#: the PTX loss replays (:mod:`labkit.tricks.ptx`).
+#: the PTX loss replays (:mod:`labkit.finetune.ptx`).
 WARM_START_STYLE_WEIGHTS = {"direct": 0.45, "worked": 0.4, "verbose": 0.15}
 
 

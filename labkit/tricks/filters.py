@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from labkit.advantages import group_advantages, group_lengths, group_rows
-from labkit.config.rules import config_rule
+from labkit.plugins import config_rule
 
 __all__ = [
     "adaptive_num_remains",

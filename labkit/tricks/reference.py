@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from labkit.config.rules import config_rule
+from labkit.plugins import config_rule
 
 
 @torch.no_grad()

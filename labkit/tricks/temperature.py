@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from labkit.config.rules import config_rule
+from labkit.plugins import config_rule
 
 #: ``temperature_schedule`` values.
 TEMPERATURE_SCHEDULES = ("constant", "linear", "cosine")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from labkit.config.rules import config_rule
+from labkit.plugins import config_rule
 
 #: ``cov_penalty`` values (verl's loss-mode names).
 COV_PENALTIES = ("clip_cov", "kl_cov")
@@ -114,7 +114,7 @@ def token_filters(config, logp: torch.Tensor, old_logp: torch.Tensor | None,
         filtered = chosen if weights is None else chosen | (weights == 0)
         return weights, penalty, filtered
     ratio = torch.exp((logp - old).detach())
-    high = 1 + (config.epsilon if config.epsilon_high is None else config.epsilon_high)
+    high = 1 + config.upper_clip
     clipped = (((advantages > 0) & (ratio > high))
                | ((advantages < 0) & (ratio < 1 - config.epsilon)))
     silenced = clip_cov_mask(cov, mask, clipped, config.clip_cov_ratio, config.clip_cov_lb,

@@ -71,29 +71,38 @@ The package, one job per module: :mod:`~labkit.trl_bridge.tables` (where each fi
 :mod:`~labkit.trl_bridge.trl_to_lab` (TRL's config to the lab's), :mod:`~labkit.trl_bridge.run`
 (training with TRL and its log), :mod:`~labkit.trl_bridge.compat` (TRL's ``GRPOConfig`` and
 ``GRPOTrainer`` signatures on the lab's trainer) and :mod:`~labkit.trl_bridge.train` (the
-command, with the accelerate configs in ``launch/``), and :mod:`~labkit.trl_bridge.names` (TRL's
-spellings a ``TrainConfig`` refuses, with the lab's equivalent).
-
-The names below load on first use (PEP 562 ``__getattr__``): :class:`~labkit.config.TrainConfig`
-imports :mod:`~labkit.trl_bridge.names` to refuse TRL's spellings, and the modules that translate
-configs import ``TrainConfig``; entering this package must not load them.
+command, with the accelerate configs in ``launch/``). TRL's spellings that a ``TrainConfig``
+refuses, with the lab's equivalent, live beside the config that reads them
+(:mod:`labkit.config.trl_names`).
 """
 
-
-import importlib
-
-#: What ``labkit.trl_bridge`` offers, and the module of each name.
-_EXPORTS = {
-    **dict.fromkeys(["from_grpo_config"], "trl_to_lab"),
-    **dict.fromkeys(["TRLResult", "history_from_logs", "num_processes_from_env",
-                     "train_with_trl"], "run"),
-    **dict.fromkeys(["DERIVED_FIELDS", "DROPPABLE", "LAB_ONLY", "NOT_CARRIED", "SHARED_FIELDS",
-                     "TRL_DEFAULTS", "TRL_HOUSEKEEPING", "TRL_METRICS", "TRL_PINNED",
-                     "TRL_VALUES", "check_supported"], "tables"),
-    **dict.fromkeys(["TRLRun", "to_grpo_config", "to_trl", "trl_batch_sizes",
-                     "trl_reward_funcs"], "lab_to_trl"),
-    **dict.fromkeys(["TRL_NAMES"], "names"),
-}
+from labkit.trl_bridge.lab_to_trl import (
+    TRLRun,
+    to_grpo_config,
+    to_trl,
+    trl_batch_sizes,
+    trl_reward_funcs,
+)
+from labkit.trl_bridge.run import (
+    TRLResult,
+    history_from_logs,
+    num_processes_from_env,
+    train_with_trl,
+)
+from labkit.trl_bridge.tables import (
+    DERIVED_FIELDS,
+    DROPPABLE,
+    LAB_ONLY,
+    NOT_CARRIED,
+    SHARED_FIELDS,
+    TRL_DEFAULTS,
+    TRL_HOUSEKEEPING,
+    TRL_METRICS,
+    TRL_PINNED,
+    TRL_VALUES,
+    check_supported,
+)
+from labkit.trl_bridge.trl_to_lab import from_grpo_config
 
 __all__ = [
     "DERIVED_FIELDS",
@@ -104,7 +113,6 @@ __all__ = [
     "TRL_DEFAULTS",
     "TRL_HOUSEKEEPING",
     "TRL_METRICS",
-    "TRL_NAMES",
     "TRL_PINNED",
     "TRL_VALUES",
     "TRLResult",
@@ -119,15 +127,3 @@ __all__ = [
     "trl_batch_sizes",
     "trl_reward_funcs",
 ]
-
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'labkit.trl_bridge' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"labkit.trl_bridge.{_EXPORTS[name]}"), name)
-    globals()[name] = value   # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})

@@ -22,7 +22,7 @@ import pandas as pd
 import torch
 
 from labkit.config import TrainConfig
-from labkit.config.fields import int_at_least
+from labkit.runtime.counts import int_at_least
 from labkit.runtime.seeds import seed_offset, shifted_seed
 from labkit.trl_bridge.lab_to_trl import to_trl
 from labkit.trl_bridge.tables import TRL_METRICS
@@ -157,8 +157,8 @@ def train_with_trl(config: TrainConfig, *, model=None, tokenizer=None, train_dat
     """
     from trl import GRPOTrainer
 
+    from labkit.engine.lora import lora_config
     from labkit.models import load_policy
-    from labkit.scale.lora import lora_config
     from labkit.tasks import load_split
 
     num_processes = num_processes_from_env() if num_processes is None else num_processes

@@ -104,7 +104,7 @@ def _cells(text, cast, option: str):
 
 def _count(option: str):
     """An argparse type: an integer >= 0 for ``option``."""
-    from labkit.config.fields import int_at_least
+    from labkit.runtime.counts import int_at_least
 
     def parse(text: str) -> int:
         value = int_at_least(text, 0)

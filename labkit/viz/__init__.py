@@ -14,12 +14,14 @@ function                       what it draws
 ``plot_gae``                   a toy token sequence: rewards, values, GAE advantages and returns
 ``plot_group_advantages``      one group's rewards and six advantage estimators side by side
 ``group_advantages_table``     the same numbers as a table
+``group_push_table``           per group of a batch: reward spread and each estimator's total push
 ``plot_kl_estimators``         k1/k2/k3 and their gradients; bias and spread from samples
 ``plot_aggregation_weights``   per-token gradient weight against length for each ``loss_type``
 ``aggregation_weights``        the same weights as a table
 ``plot_overlong_penalty``      DAPO's soft overlong penalty and a batch's lengths on it
 ``plot_ratio_spread``          token vs GSPO sequence ratio spread against response length
 ``ratio_spread``               the same simulation as a table
+``measured_ratio_spread``      the same spreads measured on real responses, by length
 ``plot_gfpo_filter``           a group's lengths and rewards, GFPO's kept set, its advantages
 ``plot_runs``, ``load_run``    training curves from logged runs, with the regenerating command
 ``runs_summary``               a table of logged runs: start, end and best eval accuracy, length...
@@ -37,6 +39,8 @@ function                       what it draws
 ``plot_sampling_weights``      curriculum / prioritized shares per difficulty; MT-GRPO weights
 ``multitask_weight_paths``     the same weights per step (``difficulty_sampling_weights``: shares)
 ``plot_pass_at_k``             pass@k against k for several models, and the gain over the first
+``plot_pass_at_k_estimator``   one prompt's pass@k, unbiased and plug-in, and each one's mean
+``pass_at_k_estimates``        the same numbers as a table
 ``plot_memory_plan``           the memory planner's bill per phase of a step against GPU sizes
 ``plot_episode``               an agent episode's tokens coloured by author, the trained ones marked
 ``plot_offpolicy_ratio``       a stale batch's behaviour ratios, PPO's clip band, a correction's bounds
@@ -46,9 +50,10 @@ function                       what it draws
 ``plot_admission``             the share of groups discard or slow-down trains, by length
 =============================  =================================================================
 
-One module per notebook family (``policy_gradient`` 01, ``grpo`` 02-03, ``dapo`` 04, ``gspo`` 05,
-``gfpo`` 06, ``exploration`` 07, ``rewards_data`` 08, ``scaling`` 09, ``agents`` 10, ``offpolicy`` 11), ``runs`` for training curves and ``style``
-for what they share; every public name is importable from ``labkit.viz`` itself.
+One module per notebook family (``tour`` 00, ``policy_gradient`` 01, ``grpo`` 02-03, ``dapo``
+04, ``gspo`` 05, ``gfpo`` 06, ``exploration`` 07, ``rewards_data`` 08, ``scaling`` 09, ``agents``
+10, ``offpolicy`` 11), ``runs`` for training curves and ``style`` for what they share; every
+public name is importable from ``labkit.viz`` itself.
 
 Each ``plot_*`` function returns a :class:`matplotlib.figure.Figure`. Figures are created with
 the object-oriented API (not ``pyplot``), so they are never shown twice in a notebook and need no
@@ -74,8 +79,13 @@ from labkit.viz.exploration import (
     temperature_tokens,
 )
 from labkit.viz.gfpo import plot_gfpo_filter
-from labkit.viz.grpo import group_advantages_table, plot_group_advantages, plot_kl_estimators
-from labkit.viz.gspo import plot_ratio_spread, ratio_spread
+from labkit.viz.grpo import (
+    group_advantages_table,
+    group_push_table,
+    plot_group_advantages,
+    plot_kl_estimators,
+)
+from labkit.viz.gspo import measured_ratio_spread, plot_ratio_spread, ratio_spread
 from labkit.viz.offpolicy import (
     BEHAVIOUR_RATIO_LABEL,
     plot_admission,
@@ -104,6 +114,7 @@ from labkit.viz.runs import (
 )
 from labkit.viz.scaling import plot_memory_plan
 from labkit.viz.style import FIGURE_DPI, LENGTH_LABEL, RATIO_LABEL, enable_notebook_display
+from labkit.viz.tour import pass_at_k_estimates, plot_pass_at_k_estimator
 
 __all__ = [
     "AUTHOR_COLORS",
@@ -120,9 +131,12 @@ __all__ = [
     "enable_notebook_display",
     "fork_logits",
     "group_advantages_table",
+    "group_push_table",
     "load_run",
     "majority_vote_groups",
+    "measured_ratio_spread",
     "multitask_weight_paths",
+    "pass_at_k_estimates",
     "per_seed",
     "plot_admission",
     "plot_aggregation_weights",
@@ -137,6 +151,7 @@ __all__ = [
     "plot_offpolicy_ratio",
     "plot_overlong_penalty",
     "plot_pass_at_k",
+    "plot_pass_at_k_estimator",
     "plot_ratio_spread",
     "plot_runs",
     "plot_sampling_weights",

@@ -48,6 +48,47 @@ def group_advantages_table(rewards=(1, 0, 0, 1, 0, 0, 0, 1), lengths=None, greed
     return pd.DataFrame(table)
 
 
+def group_push_table(rewards, num_generations: int, lengths=None, *, share: bool = False,
+                     eps: float = 1e-4) -> pd.DataFrame:
+    r"""How hard each estimator pushes each group of a batch: one row per group (prompt).
+
+    Columns: ``reward`` (the group's mean), ``std`` (its std with Bessel's correction, the one
+    GRPO divides by), then per estimator the group's total push
+    :math:`\sum_{i\in g}|\hat A_i|`: ``GRPO`` (``group_advantages``, ``scale_rewards="group"``),
+    ``Dr. GRPO`` (``scale_rewards="none"``), ``RLOO`` and, with ``lengths``, ``OPO``. The
+    advantages are :mod:`labkit.advantages`' own; ``eps`` is GRPO's. With ``share=True`` each
+    estimator's column is divided by its sum over the batch: the share of the batch's push that
+    each group gets, the part of the update a constant factor (which Adam's normalisation
+    cancels) leaves unchanged.
+
+    What to see: Dr. GRPO's and RLOO's push grows with the spread of the rewards inside the group
+    (RLOO's is Dr. GRPO's times G/(G-1), so their shares are equal); GRPO's is about the same for
+    every group that has any spread (for G = 8, from 4.9 for one answer apart from seven equal
+    ones to 7.5 for an even split), since it divides the spread out: a
+    near-tie group, whose rewards differ by a few hundredths, gets as big a push as a group split
+    between right and wrong. With 0/1 rewards that means groups solved rarely or almost always
+    gain weight against a group solved half the time; with partial credit, it means near-ties.
+    """
+    r = as_tensor(rewards, "rewards")
+    g = int(num_generations)
+    if g < 2 or r.numel() % g:
+        raise ValueError(f"num_generations must be >= 2 and divide the {r.numel()} rewards, "
+                         f"got {num_generations!r}")
+    groups = r.view(-1, g)
+    estimators = {"GRPO": group_advantages(r, g, "group", eps),
+                  "Dr. GRPO": group_advantages(r, g, "none"),
+                  "RLOO": rloo_advantages(r, g)}
+    if lengths is not None:
+        estimators["OPO"] = opo_advantages(r, as_tensor(lengths, "lengths"), g)
+    table = pd.DataFrame({"reward": groups.mean(-1).numpy(), "std": groups.std(-1).numpy()})
+    for name, adv in estimators.items():
+        push = adv.abs().view(-1, g).sum(-1)
+        total = push.sum()
+        table[name] = (push / total if share and total > 0 else
+                       torch.zeros_like(push) if share else push).numpy()
+    return table
+
+
 def plot_group_advantages(rewards=(1, 0, 0, 1, 0, 0, 0, 1), lengths=None, greedy_reward=None,
                           num_generations: int | None = None, axes=None) -> Figure:
     r"""One group's rewards (left) and its advantages under each estimator (right, grouped bars).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import torch
@@ -89,3 +91,72 @@ def plot_ratio_spread(lengths=(4, 16, 64, 256), noise_std: float = 0.1, n_sequen
     for ax in (spread, hist):
         ax.legend(fontsize=SMALL)
     return fig
+
+
+#: Response-length bins of :func:`measured_ratio_spread` (lower edges; the last bin is open).
+LENGTH_BINS = (1, 8, 16, 32)
+
+
+def measured_ratio_spread(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor,
+                          bins=LENGTH_BINS, band=(3e-4, 4e-4)) -> pd.DataFrame:
+    r"""Token and sequence log-ratio spreads of *real* responses, one row per length bin.
+
+    ``logp`` and ``old_logp`` are (B, T) log-probabilities of the same sampled tokens under the
+    policy being trained and the one that sampled them; ``mask`` marks the valid tokens. The
+    textbook law behind GSPO's narrow clip (the :math:`1/|o_i|` exponent of arXiv 2507.18071,
+    eq. 7; :func:`ratio_spread` simulates it) assumes the token log-ratios :math:`\log r_{i,t}` are independent with spread
+    :math:`\sigma`, so the sequence log-ratio :math:`\log s_i = \frac1{|o_i|}\sum_t\log r_{i,t}`
+    spreads by :math:`\sigma/\sqrt{|o_i|}`. Real log-ratios need not be independent: a policy
+    update moves the tokens of one response together. The table measures which holds.
+
+    ================= =================================================================
+    column            meaning
+    ================= =================================================================
+    lengths           the bin, e.g. ``16-31`` tokens
+    responses         responses in the bin
+    token_std         std of :math:`\log r_{i,t}` over the bin's tokens (:math:`\sigma`)
+    sequence_std      std of :math:`\log s_i` over the bin's responses
+    if_independent    what the law predicts: :math:`\sigma\sqrt{\mathrm{mean}_i(1/|o_i|)}`
+    measured/law      ``sequence_std / if_independent``: 1 = the law holds; above 1 =
+                      the tokens of a response move together; below 1 = the responses
+                      differ in how much their tokens move (a pooled :math:`\sigma`
+                      overstates the quiet ones)
+    outside_token     share of the bin's tokens whose own ratio :math:`r_{i,t}` lies outside
+                      GSPO's band :math:`[1-\varepsilon_{low}, 1+\varepsilon_{high}]`
+                      (``band``): what a token-level clip could act on
+    outside_sequence  share of the bin's tokens whose response's :math:`s_i` lies outside
+                      the band: what GSPO's clip could act on (all of a response's tokens)
+    ================= =================================================================
+
+    Which side of the band clips depends on the sign of the advantage, so a loss's clipped
+    share (``clip_region``) is at most these. Bins with fewer than 2 responses are left out.
+    """
+    mask = mask.bool()
+    if logp.shape != old_logp.shape or logp.shape != mask.shape:
+        raise ValueError(f"logp, old_logp and mask must share one (B, T) shape, got "
+                         f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(mask.shape)}")
+    low, high = band
+    token = token_log_ratio(logp, old_logp, mask).double()
+    sequence = sequence_log_ratio(logp, old_logp, mask).double()
+    lengths = mask.sum(-1)
+
+    def outside(log_ratio):
+        return (log_ratio.exp() < 1 - low) | (log_ratio.exp() > 1 + high)
+
+    edges = [*bins, int(lengths.max()) + 1]
+    rows = []
+    for lo, hi in itertools.pairwise(edges):
+        rows_in = (lengths >= lo) & (lengths < hi)
+        if int(rows_in.sum()) < 2:
+            continue
+        tokens = token[rows_in][mask[rows_in]]
+        sigma = float(tokens.std())
+        law = sigma * float((1.0 / lengths[rows_in].double()).mean().sqrt())
+        seq = sequence[rows_in]
+        rows.append({"lengths": f"{lo}-{hi - 1}", "responses": int(rows_in.sum()),
+                     "token_std": sigma, "sequence_std": float(seq.std()),
+                     "if_independent": law, "measured/law": float(seq.std()) / law,
+                     "outside_token": float(outside(tokens).double().mean()),
+                     "outside_sequence": float((outside(seq).double() * lengths[rows_in]).sum()
+                                               / lengths[rows_in].sum())})
+    return pd.DataFrame(rows)

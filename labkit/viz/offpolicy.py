@@ -29,6 +29,7 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
+from labkit.losses import upper_clip
 from labkit.offpolicy import offpolicy_metrics, offpolicy_terms
 from labkit.viz.style import SMALL, ZERO_SHADE, grouped_bars, legend_beside, make_panels
 
@@ -106,7 +107,7 @@ def plot_offpolicy_ratio(prox_logp: torch.Tensor, behav_logp: torch.Tensor, mask
     if ratio.size == 0:
         raise ValueError("mask selects no token: nothing to draw")
     fig, (hist, bars) = make_panels(axes, 2, width=4.2, height=3.0)
-    high = epsilon if epsilon_high is None else epsilon_high
+    high = upper_clip(epsilon, epsilon_high)
     spread = max(np.abs(np.log(ratio)).max(), np.log(1 + high) * 1.5, 0.05)
     edges = np.exp(np.linspace(-spread, spread, 41))
     weights = np.full(ratio.size, 1.0 / ratio.size)

@@ -13,6 +13,7 @@ from labkit.advantages import (
 from labkit.losses import (
     clipped_surrogate,
     no_clip_surrogate,
+    upper_clip,
 )
 from labkit.viz.style import (
     DTYPE,
@@ -63,7 +64,7 @@ def plot_clip_region(epsilon_low: float = 0.2, epsilon_high: float | None = 0.2,
         the figure (2 panels, or 4 for ``"both"``).
     """
     advantages = (1.0, -1.0) if advantage == "both" else (float(advantage),)
-    epsilon_high = epsilon_low if epsilon_high is None else epsilon_high
+    epsilon_high = upper_clip(epsilon_low, epsilon_high)
     clip = {"epsilon_low": epsilon_low, "epsilon_high": epsilon_high, "delta": delta,
             "dual_clip": dual_clip}
     if ratio_max is None:
@@ -121,7 +122,7 @@ def clip_cases_table(epsilon_low: float = 0.2, epsilon_high: float | None = 0.2,
     (A < 0, below); non-zero for (A > 0, below) and (A < 0, above), the latter also zero with
     ``dual_clip`` below the ratio.
     """
-    epsilon_high = epsilon_low if epsilon_high is None else epsilon_high
+    epsilon_high = upper_clip(epsilon_low, epsilon_high)
     low, high = 1 - epsilon_low, 1 + epsilon_high
     below = max(low - 0.1, low / 2) if below is None else below
     above = high + 0.1 if above is None else above

@@ -17,10 +17,10 @@ installed, :func:`widgets_enabled` is False and every builder returns the static
 its defaults instead, which Jupyter shows when it ends the cell. Builders take the same keyword
 defaults as their figure function, so a notebook can preset the controls.
 
-One module per notebook family, as in :mod:`labkit.viz` (``policy_gradient`` 01, ``grpo`` 02-03,
-``dapo`` 04, ``gspo`` 05, ``gfpo`` 06, ``exploration`` 07, ``rewards_data`` 08, ``scaling`` 09,
-``agents`` 10, ``offpolicy`` 11), ``runs`` for training curves and ``controls`` for what they
-share; every public name is importable from ``labkit.widgets`` itself.
+One module per notebook family, as in :mod:`labkit.viz` (``tour`` 00, ``policy_gradient`` 01,
+``grpo`` 02-03, ``dapo`` 04, ``gspo`` 05, ``gfpo`` 06, ``exploration`` 07, ``rewards_data`` 08,
+``scaling`` 09, ``agents`` 10, ``offpolicy`` 11), ``runs`` for training curves and ``controls``
+for what they share; every public name is importable from ``labkit.widgets`` itself.
 
 ================================  ======================================================
 builder                           figure (in :mod:`labkit.viz`)
@@ -40,6 +40,7 @@ builder                           figure (in :mod:`labkit.viz`)
 ``majority_vote_widget``          ``plot_majority_vote``
 ``sampling_weights_widget``       ``plot_sampling_weights``
 ``pass_at_k_widget``              ``plot_pass_at_k``
+``pass_at_k_estimator_widget``   ``plot_pass_at_k_estimator``
 ``episode_widget``                ``plot_episode``
 ``staleness_widget``              ``plot_offpolicy_ratio``
 ================================  ======================================================
@@ -61,6 +62,7 @@ from labkit.widgets.rewards_data import (
 )
 from labkit.widgets.runs import runs_widget
 from labkit.widgets.scaling import memory_plan_figure, memory_plan_widget
+from labkit.widgets.tour import pass_at_k_estimator_widget
 
 __all__ = [
     "aggregation_widget",
@@ -74,6 +76,7 @@ __all__ = [
     "memory_plan_figure",
     "memory_plan_widget",
     "overlong_widget",
+    "pass_at_k_estimator_widget",
     "pass_at_k_widget",
     "ratio_spread_widget",
     "runs_widget",

@@ -2,7 +2,9 @@
 
 Each function has the signature of the notebook's stub; the notebook checks it against labkit's
 implementation with ``labkit.exercises.check_function``; ``EXPERIMENT_PREDICTION`` answers
-the experiment exercise (checked with ``labkit.exercises.check_prediction``). Import with
+the experiment exercise (checked with ``labkit.exercises.check_prediction``); exercise 4 builds
+GRPO from ``group_advantages`` and ``clipped_token_loss`` (checked with
+``labkit.exercises.check_grpo_gradient`` against the Trainer). Import with
 ``importlib.import_module("solutions.02_grpo")`` (the name starts with a digit).
 """
 
@@ -32,7 +34,16 @@ def grpo_aggregate(per_token_loss, mask):
     return per_sequence.mean()
 
 
-# Exercise 4 (experiment): beta 0.04 -> 1.0, metric kl_ref.
+def clipped_token_loss(logp, old_logp, advantages, mask, epsilon):
+    """PPO's clipped surrogate per token (arXiv 1707.06347, eq. 7), negated for the optimizer,
+    aggregated GRPO's way (eq. 3): each completion's token mean, then the mean over completions."""
+    ratio = torch.exp(logp - old_logp)
+    a = advantages[:, None]  # one advantage per completion, shared by its tokens
+    per_token = -torch.minimum(ratio * a, torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * a)
+    return grpo_aggregate(per_token, mask)  # exercise 3
+
+
+# Exercise 5 (experiment): beta 0.04 -> 1.0, metric kl_ref.
 # beta weighs the KL-to-reference term of the loss against the reward: a larger beta pulls the policy
 # back towards the reference harder, so it drifts less far from it in the same steps.
 EXPERIMENT_PREDICTION = "down"

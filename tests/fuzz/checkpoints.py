@@ -1,4 +1,4 @@
-"""Surface 7: LoRA and checkpoints together (``labkit.engine.checkpoint``, ``labkit.scale.lora``, a
+"""Surface 7: LoRA and checkpoints together (``labkit.engine.checkpoint``, ``labkit.engine.lora``, a
 ``Trainer`` with ``use_peft``, ``output_dir`` and ``save_every``): resumes that switch LoRA on or
 off, a changed base model, truncated or extra files, symlinked folders, a manifest that is not
 one. Nothing read from a checkpoint may run code. Runs are one or two steps of a randomly

@@ -134,7 +134,7 @@ def cases() -> list[Case]:
                 ("null", None, ("None",))):
             refuse(f"{key}-{label}", _load(_spec(**{key: cells})), key, *fragments)
     accept("eval-data-whole-split", _load(_spec(data={"families": ["add"]}, eval_data={})))
-    # reward_funcs: keys of NAMED_REWARDS only, nothing imported
+    # reward_funcs: keys of REWARD_REGISTRY only, nothing imported
     for label, names in (("import-path", ["labkit.rewards.accuracy_reward"]),
                          ("module-colon", ["os:system"]), ("dunder", ["__import__"]),
                          ("upper-case", ["ACCURACY"]), ("trailing-space", ["accuracy "]),

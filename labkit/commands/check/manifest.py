@@ -82,21 +82,33 @@ def _restore_hint(rel: str) -> str:
     return hint
 
 
+def shown_path(path: Path) -> str:
+    """``path`` as the check prints it: relative to the lab's folder when inside it (``data``),
+    so a notebook's committed output carries no absolute path of the machine that ran it; a
+    folder elsewhere (``$LABKIT_DATA``) as given."""
+    lab = Path(__file__).resolve().parents[3]  # labkit/commands/check/ -> the repository
+    try:
+        return Path(path).resolve().relative_to(lab).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def check_data(data_dir: Path | None = None) -> Check:
     """Every file of the manifest present with its recorded sha256."""
     data_dir = Path(data_dir or tasks.data_dir())
     manifest = data_dir / MANIFEST_NAME
+    shown, manifest_shown = shown_path(data_dir), shown_path(manifest)
     if not manifest.is_file():
-        fix = f"{manifest} is missing: restore it with git checkout -- data/{MANIFEST_NAME}"
-        return Check("data", "fail", f"{manifest} not found", (fix,))
+        fix = f"{manifest_shown} is missing: restore it with git checkout -- data/{MANIFEST_NAME}"
+        return Check("data", "fail", f"{manifest_shown} not found", (fix,))
     try:
         entries = read_manifest(manifest)
     except (OSError, ValueError) as error:
-        return Check("data", "fail", f"cannot read {manifest}: {error}",
-                     (f"{manifest} is damaged: git checkout -- data/{MANIFEST_NAME}",))
+        return Check("data", "fail", f"cannot read {manifest_shown}: {error}",
+                     (f"{manifest_shown} is damaged: git checkout -- data/{MANIFEST_NAME}",))
     if not entries:
-        return Check("data", "fail", f"{manifest} lists no files",
-                     (f"{manifest} is empty: git checkout -- data/{MANIFEST_NAME}",))
+        return Check("data", "fail", f"{manifest_shown} lists no files",
+                     (f"{manifest_shown} is empty: git checkout -- data/{MANIFEST_NAME}",))
     missing, changed = [], []
     for rel, expected in entries.items():
         path = data_dir / rel
@@ -109,14 +121,14 @@ def check_data(data_dir: Path | None = None) -> Check:
                      f"{_restore_hint(rel)}" for rel in changed])
     if fixes:
         named = [f"missing {rel}" for rel in missing] + [f"corrupted {rel}" for rel in changed]
-        return Check("data", "fail", f"{len(fixes)} of {len(entries)} files in {data_dir} bad: "
+        return Check("data", "fail", f"{len(fixes)} of {len(entries)} files in {shown}/ bad: "
                      + ", ".join(named), fixes)
     unlisted = sorted(set(manifest_files(data_dir)) - set(entries))
     if unlisted:
         shown = ", ".join(unlisted[:3]) + (f" and {len(unlisted) - 3} more"
                                            if len(unlisted) > 3 else "")
-        return Check("data", "warn", f"{len(entries)} files in {data_dir} match {MANIFEST_NAME}, "
+        return Check("data", "warn", f"{len(entries)} files in {shown}/ match {MANIFEST_NAME}, "
                      f"but {len(unlisted)} are not in it and were not verified: {shown} (after "
                      f"adding or rebuilding files on purpose: python -m labkit check "
                      f"--write-manifest)")
-    return Check("data", "ok", f"{len(entries)} files in {data_dir} match {MANIFEST_NAME}")
+    return Check("data", "ok", f"{len(entries)} files in {shown}/ match {MANIFEST_NAME}")

@@ -3,9 +3,8 @@ equivalent.
 
 A learner who brings a ``trl.GRPOConfig`` keyword (``per_device_train_batch_size=4``) to
 ``TrainConfig`` should learn how the lab spells it, not read ``unexpected keyword argument``. The
-table is the bridge's knowledge of TRL, so it lives here; the config calls
-:func:`refuse_trl_names` before its generated ``__init__``. This module imports nothing of the
-lab's, so the config can import it without loading the rest of the bridge.
+table sits beside its one reader: the config calls :func:`refuse_trl_names` before its generated
+``__init__``, and the TRL bridge, which stands above the config, reads it from here.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ rule next to its code and registers it here::
 A rule reads fields of the config it is given and raises ``ValueError`` saying what to fix; it
 must not change the config. ``TrainConfig`` runs every registered rule on construction and on
 every assignment (:mod:`labkit.config.methods` imports the method modules, so their rules are
-registered before any config exists).
+registered before any config exists). A method module imports this from :mod:`labkit.plugins`,
+never from :mod:`labkit.config`, which stands above the methods and reads their registrations.
 """
 
 from __future__ import annotations

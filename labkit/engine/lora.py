@@ -45,7 +45,7 @@ from pathlib import Path
 
 import torch
 
-from labkit.config.rules import config_rule
+from labkit.plugins import config_rule
 
 #: ``lora_target_modules`` value that adapts every linear layer except the output head (peft's).
 ALL_LINEAR = "all-linear"

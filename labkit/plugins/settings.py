@@ -1,6 +1,6 @@
 """Validators of configuration fields, shared by :class:`labkit.config.TrainConfig` and the rules
-that method modules register (:mod:`labkit.config.rules`), and :class:`Setting`, the declaration of a
-field by the method that owns it.
+that method modules register (:mod:`labkit.plugins.rules`), and :class:`Setting`, the declaration
+of a field by the method that owns it.
 
 Each validator takes the config and a field name, reads the value and raises ``ValueError``
 naming the field, the value and what is allowed (every config error is a ``ValueError``: one type
@@ -11,7 +11,6 @@ check with its bounds bound, so a range can be written beside its field.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 from collections.abc import Callable
@@ -173,27 +172,3 @@ def integer_tuple(cfg, name, length, low, high):
                          for v in value):
         raise ValueError(f"{name} must be {length} integers in [{low}, {high}], got {value!r}")
     object.__setattr__(cfg, name, value)
-
-
-def int_at_least(text, minimum: int) -> int | None:
-    """``text`` (an environment variable, a command-line value) as an integer >= ``minimum``, or
-    None when it is not one; the caller names the setting in its error."""
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        return None
-    return value if value >= minimum else None
-
-
-def count_option(option: str, minimum: int, meaning: str | None = None) -> Callable[[str], int]:
-    """An argparse ``type`` for a command's count ``option``: its value as an integer >=
-    ``minimum``; anything else is argparse's usage error (exit status 2), naming the option, the
-    value and what is allowed (``meaning``: what the count counts, said in the error)."""
-    def parse(text: str) -> int:
-        value = int_at_least(text, minimum)
-        if value is None:
-            about = f" ({meaning})" if meaning else ""
-            raise argparse.ArgumentTypeError(f"{option} must be an integer >= {minimum}{about}, "
-                                             f"got {text!r}")
-        return value
-    return parse

@@ -21,7 +21,7 @@ import platform
 import torch
 
 from labkit.config import preset
-from labkit.config.fields import count_option
+from labkit.runtime.counts import count_option
 from labkit.trainer import train
 
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from widget_controls import COLUMN_PX, controls_of
 
 from labkit import viz, widgets
 from labkit.advantages import group_advantages, rloo_advantages
@@ -28,9 +29,6 @@ def no_leaked_figures():
     yield
     assert plt.get_fignums() == []
 
-
-# JupyterLab's notebook column beside the file browser in a 1280 px window (tests/test_browser.py)
-COLUMN_PX = 848
 
 
 def check_figure(fig, n_axes: int) -> None:
@@ -515,16 +513,6 @@ def test_no_slider_label_eats_its_track(builder, kwargs, n_axes, monkeypatch):
             - widgets.controls._CHAR_PX * len(slider.description)
         assert track >= 200, (slider.description, slider.layout.width)
         assert len(slider.description) <= 21, slider.description
-
-
-def controls_of(box) -> dict:
-    """The widget's controls by description (sliders, text boxes, dropdowns, checkboxes)."""
-    found = {}
-    for child in getattr(box, "children", ()):
-        if getattr(child, "description", ""):
-            found[child.description] = child
-        found.update(controls_of(child))
-    return found
 
 
 def test_gfpo_kept_k_follows_the_group_size(monkeypatch, capsys):

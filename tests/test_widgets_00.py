@@ -13,20 +13,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 from matplotlib.figure import Figure
+from widget_controls import COLUMN_PX, controls_of
 
 from labkit import viz, widgets
 from labkit.evaluate import pass_at_k
-
-COLUMN_PX = 848  # JupyterLab's notebook column beside the file browser (tests/test_viz.py)
-
-
-def controls_of(box) -> dict:
-    found = {}
-    for child in getattr(box, "children", ()):
-        if getattr(child, "description", ""):
-            found[child.description] = child
-        found.update(controls_of(child))
-    return found
 
 
 def test_estimates_are_labkits_pass_at_k_and_the_plug_in():

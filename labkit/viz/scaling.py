@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from labkit.scale.memory import GPU_SIZES_GIB, PHASES, gpu_sizes
+from labkit.scale.memory import GPU_SIZES_GIB, PHASES
+from labkit.scale.memory.gpus import gpu_sizes
 from labkit.viz.style import FIGURE_DPI
 
 

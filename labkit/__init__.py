@@ -9,9 +9,10 @@ a folder that says what it is (``tests/test_commands.py`` names the root's modul
 
 =============================  ===================================================================
 the root                       ``trainer`` (the algorithm box), ``grpo_minimal`` (GRPO on one
-                               screen), ``experience``, ``metrics``, ``models``, ``rollout``,
-                               ``decode``, ``logprobs``, ``evaluate``, ``exercises``, ``doctor``
-                               (reads a run's history), ``catalog`` (every method, where taught),
+                               screen), ``ppo_minimal`` (PPO with its critic on one screen),
+                               ``experience``, ``metrics``, ``models``, ``rollout``, ``decode``,
+                               ``logprobs``, ``evaluate``, ``exercises``, ``doctor`` (reads a
+                               run's history), ``catalog`` (every method, where taught),
                                ``quotes`` (the recorded values a notebook's prose quotes)
 methods (one file each)        ``losses/`` (surrogate families), ``advantages/`` (estimators),
                                ``rewards/`` (rule-checked rewards and their families), ``agents/``

@@ -28,8 +28,9 @@ same way:
    with its normalisers counted over the whole mini-batch, so micro-batching does not change the
    gradient.
 
-:mod:`labkit.grpo_minimal` is the same algorithm (GRPO only) on one screen with none of the
-machinery below; ``tests/test_grpo_minimal.py`` checks that both give the same gradient.
+:mod:`labkit.grpo_minimal` and :mod:`labkit.ppo_minimal` are GRPO and PPO on one screen with none
+of the machinery below; ``tests/test_grpo_minimal.py`` and ``tests/test_ppo_minimal.py`` check
+that each gives the trainer's gradient.
 
 Where this departs from the papers and from TRL's ``GRPOTrainer`` (and why):
 

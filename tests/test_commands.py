@@ -18,9 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The modules the package root keeps: the algorithm box and what a notebook calls around it. The
 #: rest sits in folders that say what it is (config/, tricks/, finetune/, scale/, runtime/,
 #: commands/, ...). A new root module is a decision: name it here and in labkit/__init__.py.
-ROOT_MODULES = {"__init__", "__main__", "trainer", "grpo_minimal", "experience", "metrics",
-                "models", "rollout", "decode", "logprobs", "evaluate", "exercises", "doctor",
-                "catalog", "quotes"}
+ROOT_MODULES = {"__init__", "__main__", "trainer", "grpo_minimal", "ppo_minimal", "experience",
+                "metrics", "models", "rollout", "decode", "logprobs", "evaluate", "exercises",
+                "doctor", "catalog", "quotes"}
 
 #: Where the repository's prose, code, logs and notebooks live (data/ holds the run logs' and
 #: shipped models' ``# command:`` lines).

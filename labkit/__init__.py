@@ -2,7 +2,7 @@
 
 One direction of data flow, one concept per module:
 
-    config -> tasks, rewards -> rollout -> advantages, tricks -> logprobs, losses -> trainer -> viz
+    config -> tasks, rewards -> sampling -> advantages, tricks -> logprobs, losses -> trainer -> viz
 
 The root holds the algorithm box and what a notebook calls around it; every other module sits in
 a folder that says what it is (``tests/test_commands.py`` names the root's modules):
@@ -10,8 +10,8 @@ a folder that says what it is (``tests/test_commands.py`` names the root's modul
 =============================  ===================================================================
 the root                       ``trainer`` (the algorithm box), ``grpo_minimal`` (GRPO on one
                                screen), ``ppo_minimal`` (PPO with its critic on one screen),
-                               ``experience``, ``metrics``, ``models``, ``rollout``, ``decode``,
-                               ``logprobs``, ``evaluate``, ``exercises``, ``doctor`` (reads a
+                               ``experience``, ``metrics``, ``models``, ``logprobs``,
+                               ``evaluate``, ``exercises``, ``doctor`` (reads a
                                run's history), ``catalog`` (every method, where taught),
                                ``quotes`` (the recorded values a notebook's prose quotes)
 methods (one file each)        ``losses/`` (surrogate families), ``advantages/`` (estimators),
@@ -23,13 +23,18 @@ methods (one file each)        ``losses/`` (surrogate families), ``advantages/``
 ``config/``                    ``TrainConfig`` (every knob, validated), ``presets``, ``methods``
                                (the modules that register), ``trl_names`` (TRL's spellings it
                                refuses); stands above the methods and reads their registries
+``sampling/``                  prompts in, completions out: ``generate``, the decode loops (the
+                               CPU's dynamic one, a GPU's fixed-shape one with CUDA graphs), the
+                               ``Decoder`` a caller passes to choose one
 ``tricks/``                    around the core: ``filters``, ``token_filters``, ``temperature``,
-                               ``reference``, ``prompt_sampling``, ``mismatch``
+                               ``reference``, ``prompt_sampling`` (the prompt order), ``mismatch``
 ``finetune/``                  without RL: ``sft``, ``rft``, and ``ptx`` (SFT's loss in an RL step)
 ``tasks/``                     the task suite (generation, grading, splits) and ``gsm8k``
 ``scale/``                     beyond the tiny model: ``memory``, ``bench``, ``bench_memory``
 ``trl_bridge/``                TRL both ways: a lab recipe to TRL, a TRL script on the lab
-``engine/``                    the trainer's machinery (no notebook needs it), ``lora`` included
+``training/``                  the parts of a run the trainer composes (no notebook needs
+                               them): a step's batch, scoring, the training forward,
+                               checkpoints, run control, ``lora``
 ``viz/``, ``widgets/``         plots and interactive widgets, one module per notebook family
 ``runtime/``                   the environment: ``compat`` (version floors, transformers'
                                dialects), ``cpu`` (threads within a container's quota),

@@ -31,11 +31,11 @@ import pandas as pd
 import torch
 
 from labkit.agents.episodes import environments, run_episodes
-from labkit.engine.data import as_dataset, check_judgeable, check_unique_ids
 from labkit.rewards import RewardFunctionError, accuracy_reward, format_reward, per_completion
 from labkit.rewards.environment import environment_reward
 from labkit.rewards.rule_based import check_rewards
-from labkit.rollout import generate
+from labkit.sampling import generate
+from labkit.training.data import as_dataset, check_judgeable, check_unique_ids
 
 GROUP_COLUMNS = ("family", "difficulty")
 #: Prompts sampled per call by default (their k samples each): an eval set is sampled in batches
@@ -48,7 +48,8 @@ def sample_answers(model, tokenizer, dataset, *, k: int = 4, temperature: float 
                    prompts_per_batch: int = PROMPTS_PER_BATCH,
                    seed: int = 0, top_p: float = 1.0, greedy: bool = False,
                    environment_factory=None,
-                   max_tool_calling_iterations: int | None = None) -> pd.DataFrame:
+                   max_tool_calling_iterations: int | None = None,
+                   decoder=None) -> pd.DataFrame:
     """Sample ``k`` completions for every row of ``dataset``; one output row per sample.
 
     Columns: ``id, family, difficulty, sample, correct, formatted, length, truncated, text``;
@@ -58,9 +59,9 @@ def sample_answers(model, tokenizer, dataset, *, k: int = 4, temperature: float 
     environment's outcome (``get_reward()``, checked by :func:`environment_accuracy`).
 
     The samples are grouped by ``id`` downstream (the tables, pass@k, rejection sampling), so
-    rows that share one are refused (:func:`labkit.engine.data.check_unique_ids`); without an
+    rows that share one are refused (:func:`labkit.training.data.check_unique_ids`); without an
     ``id`` column the rows are numbered. Without an environment, a dataset of which the rule can
-    judge no row is refused too (:func:`labkit.engine.data.check_judgeable`).
+    judge no row is refused too (:func:`labkit.training.data.check_judgeable`).
     """
     dataset = as_dataset(dataset, "dataset")
     check_unique_ids(dataset, "dataset")
@@ -75,13 +76,14 @@ def sample_answers(model, tokenizer, dataset, *, k: int = 4, temperature: float 
             roll = generate(model, tokenizer, rows["prompt"], num_generations=k,
                             max_completion_length=max_completion_length,
                             temperature=temperature, top_p=top_p, greedy=greedy,
-                            generator=generator)
+                            generator=generator, decoder=decoder)
         else:
             roll = run_episodes(model, tokenizer, rows["prompt"],
                                 environments(environment_factory, rows, k), num_generations=k,
                                 max_completion_length=max_completion_length,
                                 max_tool_calling_iterations=max_tool_calling_iterations,
-                                temperature=temperature, top_p=top_p, generator=generator)
+                                temperature=temperature, top_p=top_p, generator=generator,
+                                decoder=decoder)
         prompts, columns = per_completion(rows, k)
         correct = accuracy_reward(prompts, roll.texts, **columns)
         if environment_factory is not None:  # a task no rule can judge: the environment's outcome
@@ -220,15 +222,17 @@ def evaluate(model, tokenizer, dataset, *, k: int = 4, temperature: float = 1.0,
              max_completion_length: int = 128, seed: int = 0,
              prompts_per_batch: int = PROMPTS_PER_BATCH,
              return_samples: bool = False, environment_factory=None,
-             max_tool_calling_iterations: int | None = None):
+             max_tool_calling_iterations: int | None = None, decoder=None):
     """Sample ``k`` answers per prompt of ``dataset`` and return the table described above
     (and the per-sample frame when ``return_samples``); with an ``environment_factory``, as
-    multi-turn episodes with tools, with ``tool_call_rate`` and ``turns`` columns."""
+    multi-turn episodes with tools, with ``tool_call_rate`` and ``turns`` columns. ``decoder``:
+    the decode loop (:class:`labkit.sampling.Decoder`; the trainer passes its run's)."""
     samples = sample_answers(model, tokenizer, dataset, k=k, temperature=temperature,
                              max_completion_length=max_completion_length, seed=seed,
                              prompts_per_batch=prompts_per_batch,
                              environment_factory=environment_factory,
-                             max_tool_calling_iterations=max_tool_calling_iterations)
+                             max_tool_calling_iterations=max_tool_calling_iterations,
+                             decoder=decoder)
     table = summarize(samples)
     return (table, samples) if return_samples else table
 

@@ -79,7 +79,7 @@ class Experience:
     @classmethod
     def from_rollout(cls, rollout, pad_token_id: int,
                      train_on_environment_tokens: bool = False) -> Experience:
-        """Copy a :class:`labkit.rollout.Rollout` (inference-mode tensors, which autograd may not
+        """Copy a :class:`labkit.sampling.Rollout` (inference-mode tensors, which autograd may not
         save) into ordinary tensors. For episodes the loss mask keeps the policy's tokens only
         (``completion_mask * action_mask``), unless ``train_on_environment_tokens`` (the masking
         bug, on purpose)."""

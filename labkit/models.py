@@ -325,7 +325,7 @@ def attention_kernels(device):
       call, 26.5 ms per decode step of the tiny Qwen), and switching it off alone gave 4.5 ms per
       step. cuDNN's attention has also been reported to corrupt greedy decoding on B200 for
       models with fewer than 8 key/value heads (the Qwen2.5-0.5B and 1.5B shapes have 2). The
-      fixed-shape loop (:mod:`labkit.decode`) passes a mask, which flash does not take, so its
+      fixed-shape loop (:mod:`labkit.sampling`) passes a mask, which flash does not take, so its
       steps run the memory-efficient kernel; the prefill without padding can run flash. The
       training forwards change shape with every micro-batch too (length-packed), so they get
       the same choice.

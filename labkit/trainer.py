@@ -3,21 +3,21 @@
 One step (:meth:`Trainer.training_step`) is the papers' algorithm box, and the method reads the
 same way:
 
-1. **sample** ``prompts_per_step`` prompts (the prompt sampler's order over the train split) and
-   ``num_generations`` completions of each with the KV-cached sampler (:mod:`labkit.rollout`);
+1. **sample** ``prompts_per_step`` prompts (the prompt order's order over the train split) and
+   ``num_generations`` completions of each with the KV-cached sampler (:mod:`labkit.sampling`);
 2. **score** them with the weighted reward functions (default accuracy + format; TRL's
    signature), plus DAPO's soft overlong penalty and the chosen length reward
-   (:mod:`labkit.engine.sampling`, :mod:`labkit.engine.scoring`). With DAPO's dynamic sampling,
+   (:mod:`labkit.training.batches`, :mod:`labkit.training.scoring`). With DAPO's dynamic sampling,
    groups whose rewards are all equal are dropped and new prompts are sampled until the batch is
    full again, for at most ``max_resample_rounds`` extra rounds. The step calls this itself
    (:meth:`Trainer.sample_and_score`); with ``max_staleness = k > 0`` a producer
    (:class:`labkit.offpolicy.BatchSource`) samples k steps ahead and hands over a stamped batch;
-3. **score forwards** without gradient (:func:`labkit.engine.forward.score_forwards`), only
+3. **score forwards** without gradient (:func:`labkit.training.forward.score_forwards`), only
    those the configuration needs: the behaviour
    policy's log-probs when the update is off-policy (``num_iterations > 1`` or several
    mini-batches) or when the sampler/trainer mismatch is corrected (:mod:`labkit.tricks.mismatch`,
    ``sampling_dtype``), the frozen reference's when ``beta != 0`` (with LoRA, the policy with
-   its adapters disabled: :mod:`labkit.engine.lora`), the critic's values for PPO;
+   its adapters disabled: :mod:`labkit.training.lora`), the critic's values for PPO;
 4. **advantages**: the registered estimator (:data:`labkit.advantages.ESTIMATOR_REGISTRY`: GRPO,
    GDPO, RLOO, ReMax, OPO, GAE with the critic, or turn-level GRPO over an episode's turns:
    :mod:`labkit.advantages.turn_level`), or GFPO's filtered groups
@@ -38,7 +38,7 @@ Where this departs from the papers and from TRL's ``GRPOTrainer`` (and why):
   cannot contribute (zero advantage with ``beta = 0`` and no entropy bonus, or nothing left in
   their loss mask) skip the training forward, while the normalisers still count them; the
   completions of one prompt share one forward of the prompt; micro-batches gather completions of
-  similar length (:mod:`labkit.engine.forward`). The ``entropy`` and clip metrics are therefore
+  similar length (:mod:`labkit.training.forward`). The ``entropy`` and clip metrics are therefore
   averaged over the completions that trained;
 * the ``dapo`` normaliser is TRL's: loss tokens of the whole generation batch divided by the
   number of mini-batches;
@@ -50,7 +50,7 @@ Where this departs from the papers and from TRL's ``GRPOTrainer`` (and why):
 * KL in the reward (``kl_in_reward``) is the per-token estimate between the sampling and the
   reference log-probs: per token for GAE (InstructGPT, arXiv 2203.02155), summed over the
   completion for the group estimators (as RLOO does);
-* safety (:mod:`labkit.engine.run_control`, :mod:`labkit.engine.checkpoint`): a NaN/inf loss,
+* safety (:mod:`labkit.training.run_control`, :mod:`labkit.training.checkpoint`): a NaN/inf loss,
   gradient or updated weight skips the optimizer step and rolls the weights back; Ctrl-C never
   leaves an update, a history row, an evaluation or a checkpoint half done; a step that fails
   before its update (interrupt or error) can be retried with the same prompts.
@@ -70,33 +70,6 @@ import torch
 from labkit.advantages import AdvantageInputs, Estimator, get_estimator, kl_penalized_rewards
 from labkit.agents.episodes import checked_environment_factory
 from labkit.config import RESUMABLE_CHANGES, TrainConfig
-from labkit.decode import plan_decoding
-from labkit.engine.checkpoint import restore_trainer, save_trainer
-from labkit.engine.forward import (
-    completion_logprobs_and_entropy,
-    completion_values,
-    micro_batches,
-    rows_with_gradient,
-    score_forwards,
-    shares_prompts,
-)
-from labkit.engine.run_control import (
-    InterruptGuard,
-    check_nonfinite_streak,
-    finite_where,
-    guarded_optimizer_step,
-    peak_memory_mb,
-    step_rewind,
-    terminate_as_interrupt,
-)
-from labkit.engine.sampling import Sampling, SamplingInputs, greedy_rewards
-from labkit.engine.setup import (
-    frozen_copy,
-    make_optimizer,
-    prepare_datasets,
-    prepare_policy,
-    prepare_reward_funcs,
-)
 from labkit.evaluate import eval_metrics, evaluate
 from labkit.experience import Experience
 from labkit.finetune.ptx import PTXData, ptx_nll
@@ -115,8 +88,35 @@ from labkit.offpolicy import BatchSource, correct_batch, make_producer
 from labkit.rewards import accuracy_reward
 from labkit.rewards.environment import check_environment_rewards
 from labkit.runtime.seeds import seed_offset, shifted_seed
+from labkit.sampling import Decoder
+from labkit.training.batches import Sampling, SamplingInputs, greedy_rewards
+from labkit.training.checkpoint import restore_trainer, save_trainer
+from labkit.training.forward import (
+    completion_logprobs_and_entropy,
+    completion_values,
+    micro_batches,
+    rows_with_gradient,
+    score_forwards,
+    shares_prompts,
+)
+from labkit.training.run_control import (
+    InterruptGuard,
+    check_nonfinite_streak,
+    finite_where,
+    guarded_optimizer_step,
+    peak_memory_mb,
+    step_rewind,
+    terminate_as_interrupt,
+)
+from labkit.training.setup import (
+    frozen_copy,
+    make_optimizer,
+    prepare_datasets,
+    prepare_policy,
+    prepare_reward_funcs,
+)
 from labkit.tricks.filters import AdaptiveGFPO, gfpo_advantages, gfpo_filter
-from labkit.tricks.prompt_sampling import make_sampler
+from labkit.tricks.prompt_sampling import make_prompt_order
 from labkit.tricks.reference import StallTrigger, move_reference, reset_reference
 from labkit.tricks.token_filters import token_filters
 
@@ -178,15 +178,16 @@ class Trainer:
                           else None)
         # A sampler that differs from the trainer (an inference engine's stand-in), synced every
         # step: a copy of the policy in sampling_dtype.
-        self.sampling_model = (frozen_copy(self.model, getattr(torch, cfg.sampling_dtype))
+        self.sampling_copy = (frozen_copy(self.model, getattr(torch, cfg.sampling_dtype))
                                if cfg.sampling_dtype else None)
-        # which decode loop samples (labkit.decode); "fixed" where it cannot run is refused here
-        self.decode_plan = plan_decoding(
-            self.model if self.sampling_model is None else self.sampling_model, cfg.decode_path,
-            cfg.cuda_graphs)
+        # which decode loop samples (labkit.sampling), passed to every sampling call of the run
+        # and keeping its captured steps; "fixed" where it cannot run is refused here
+        self.decoder = Decoder(cfg.decode_path, cfg.cuda_graphs)
+        self.decode_plan = self.decoder.plan(
+            self.model if self.sampling_copy is None else self.sampling_copy)
         self.value_model = ValueModel(self.model) if self.estimator.critic else None
         self.optimizer, self.scheduler = make_optimizer(cfg, self.model, self.value_model)
-        self.sampler = make_sampler(cfg.prompt_sampler, self.train_dataset, cfg.seed,
+        self.prompt_order = make_prompt_order(cfg.prompt_sampler, self.train_dataset, cfg.seed,
                                     total_steps=cfg.max_steps,
                                     curriculum_ratio=cfg.curriculum_ratio,
                                     prioritized_floor=cfg.prioritized_floor,
@@ -207,10 +208,10 @@ class Trainer:
         self.stall = StallTrigger(cfg.ref_reset_patience)  # ProRL's reset when eval stalls
         self.temperature = cfg.temperature  # the current step's (temperature_schedule)
         # what a batch is sampled and scored with (the same objects as above, not copies)
-        self.sampling = Sampling(cfg, self.model, self.sampling_model, self.tokenizer,
+        self.sampling = Sampling(cfg, self.model, self.sampling_copy, self.tokenizer,
                                  self.reward_funcs, self.reward_names, self.train_dataset,
-                                 self.environment_factory, self.device, self.sampler,
-                                 self.generator)
+                                 self.environment_factory, self.device, self.prompt_order,
+                                 self.generator, self.decoder)
         # k > 0: a producer samples k steps ahead through it (labkit.offpolicy); k = 0: None
         self.producer: BatchSource | None = make_producer(cfg, self.sampling)
         if cfg.resume_from:
@@ -230,7 +231,7 @@ class Trainer:
     @property
     def admission_log(self) -> pd.DataFrame:
         """With ``staleness_admission``: one row per sampled group, trained, discarded or still
-        pending (:meth:`labkit.offpolicy.admission.AdmissionSampler.log`); else empty."""
+        pending (:meth:`labkit.offpolicy.admission.AdmissionSource.log`); else empty."""
         log = getattr(self.producer, "log", None)
         return log() if log is not None else pd.DataFrame()
 
@@ -283,7 +284,7 @@ class Trainer:
         """:meth:`training_step`, forgotten if it fails before its update: the random state and
         the prompt position go back (unless the producer's thread draws from them) and so does
         the producer's batch, so a retry trains the same prompts and completions."""
-        rewind = step_rewind(self.generator, self.sampler, self.producer)
+        rewind = step_rewind(self.generator, self.prompt_order, self.producer)
         self._update_started = False
         try:
             return self.training_step()
@@ -324,11 +325,7 @@ class Trainer:
     def training_step(self) -> dict:
         """Sample, score, compute advantages and update once; returns the step's metrics row.
         Every generate of the step (sampling, ReMax's greedy baseline, episodes) decodes with the
-        run's settings (``decode_path``, ``cuda_graphs``)."""
-        with self.sampling.decoding():
-            return self._training_step()
-
-    def _training_step(self) -> dict:
+        run's :class:`~labkit.sampling.Decoder` (``decode_path``, ``cuda_graphs``)."""
         cfg = self.config
         start = time.perf_counter()
         if self.device.type == "cuda":
@@ -365,7 +362,7 @@ class Trainer:
     # ---- 1-2. sample and score -------------------------------------------------------------------
     def sample_and_score(self) -> tuple[Experience, dict]:
         """Sample prompts_per_step prompts x G completions with the current weights at this
-        step's temperature and score them (:meth:`labkit.engine.sampling.Sampling.batch`, with
+        step's temperature and score them (:meth:`labkit.training.batches.Sampling.batch`, with
         DAPO's dynamic sampling's rounds). Returns the batch and the sampling metrics."""
         return self.sampling.batch(self.temperature)
 
@@ -376,7 +373,7 @@ class Trainer:
     # ---- 3. score forwards -----------------------------------------------------------------------
     def score_forwards(self, batch: Experience) -> dict:
         """No-grad forwards the update needs, and only those (behaviour policy, reference,
-        critic: :func:`labkit.engine.forward.score_forwards`); returns the sampler/trainer
+        critic: :func:`labkit.training.forward.score_forwards`); returns the sampler/trainer
         mismatch metrics when the correction is on (else ``{}``)."""
         return score_forwards(batch, self.config, self.model, self.ref_model, self.value_model,
                               self.temperature, self.micro_batches)
@@ -469,7 +466,7 @@ class Trainer:
 
     def rows_with_gradient(self, batch: Experience) -> torch.Tensor:
         """Bool (B,): the rows whose loss terms can be non-zero
-        (:func:`labkit.engine.forward.rows_with_gradient`)."""
+        (:func:`labkit.training.forward.rows_with_gradient`)."""
         return rows_with_gradient(batch, self.config, critic=self.value_model is not None)
 
     def accumulate_gradients(self, mini: Experience, has_gradient: torch.Tensor, num_items,
@@ -539,7 +536,7 @@ class Trainer:
         return True
 
     def _apply_gradients(self, finite: bool, stats: StepStats) -> None:
-        """Clip and step (:func:`labkit.engine.run_control.guarded_optimizer_step`): skipped when a
+        """Clip and step (:func:`labkit.training.run_control.guarded_optimizer_step`): skipped when a
         loss or gradient was not finite, rolled back when the step made a weight non-finite."""
         named = [("grad_norm", self.optimizer.param_groups[0]["params"])]
         if self.value_model is not None:
@@ -553,13 +550,13 @@ class Trainer:
         cfg = self.config
         if self.eval_dataset is None:
             raise ValueError("no eval dataset: pass eval_dataset or set eval_every > 0")
-        with self.sampling.decoding():  # the run's decode settings, as the steps'
-            table, samples = evaluate(
-                self.model, self.tokenizer, self.eval_dataset, k=cfg.eval_k,
-                temperature=cfg.eval_temperature or cfg.temperature,
-                max_completion_length=cfg.max_completion_length, seed=cfg.seed,
-                return_samples=True, environment_factory=self.environment_factory,
-                max_tool_calling_iterations=cfg.max_tool_calling_iterations)
+        table, samples = evaluate(
+            self.model, self.tokenizer, self.eval_dataset, k=cfg.eval_k,
+            temperature=cfg.eval_temperature or cfg.temperature,
+            max_completion_length=cfg.max_completion_length, seed=cfg.seed,
+            return_samples=True, environment_factory=self.environment_factory,
+            max_tool_calling_iterations=cfg.max_tool_calling_iterations,
+            decoder=self.decoder)  # the run's decode loop and captured steps, as the steps'
         return eval_metrics(table, samples)
 
     def save_checkpoint(self, directory=None) -> Path:

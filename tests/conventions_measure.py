@@ -81,7 +81,7 @@ from labkit.losses import (
     value_loss,
 )
 from labkit.models import resolve_model_path
-from labkit.rollout import encode_prompts
+from labkit.sampling import encode_prompts
 from labkit.tricks.token_filters import token_filters
 
 VERL_VERSION = "0.9.1"
@@ -1437,7 +1437,7 @@ def measure_parallel_calls() -> Convention:
 
 @in_class("10_agents", "tool_calls")
 def measure_tool_metrics() -> Convention:
-    from labkit.engine.scoring import episode_metrics
+    from labkit.training.scoring import episode_metrics
 
     lab, trl = scripted_runs()
     ours, theirs = episode_metrics([lab]), trl["metrics"]

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: rest sits in folders that say what it is (config/, tricks/, finetune/, scale/, runtime/,
 #: commands/, ...). A new root module is a decision: name it here and in labkit/__init__.py.
 ROOT_MODULES = {"__init__", "__main__", "trainer", "grpo_minimal", "ppo_minimal", "experience",
-                "metrics", "models", "rollout", "decode", "logprobs", "evaluate", "exercises",
+                "metrics", "models", "logprobs", "evaluate", "exercises",
                 "doctor", "catalog", "quotes"}
 
 #: Where the repository's prose, code, logs and notebooks live (data/ holds the run logs' and

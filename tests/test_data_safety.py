@@ -17,15 +17,15 @@ from small_trainer import small_trainer
 from text_rewards import length_reward
 
 from labkit.config import preset
-from labkit.engine.checkpoint import (
+from labkit.runtime.hashing import file_sha256
+from labkit.tasks import load_split
+from labkit.trainer import train
+from labkit.training.checkpoint import (
     STATE_FILE,
     TEMPORARY_MARKER,
     load_state,
     qualified_name,
 )
-from labkit.runtime.hashing import file_sha256
-from labkit.tasks import load_split
-from labkit.trainer import train
 
 SMALL = {"prompts_per_step": 2, "num_generations": 2, "max_completion_length": 8,
          "max_steps": 1, "progress": False}

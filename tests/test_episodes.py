@@ -21,7 +21,7 @@ from labkit.agents.tool_calls import format_tool_call
 from labkit.experience import Experience
 from labkit.losses import policy_loss
 from labkit.models import build_char_tokenizer
-from labkit.rollout import Rollout
+from labkit.sampling import Rollout
 
 TOKENIZER = build_char_tokenizer(tool_tags=True)
 CALL = "<think></think>" + format_tool_call("calculator", {"expression": "425*13"})
@@ -214,8 +214,8 @@ def test_remax_scores_its_greedy_baseline_with_the_environments_reward(tool_mode
     from labkit.agents import GuessingEnv, guessing_dataset
     from labkit.agents.episodes import environments
     from labkit.config import TrainConfig
-    from labkit.engine.sampling import greedy_rewards
     from labkit.rewards.environment import turn_reward
+    from labkit.training.batches import greedy_rewards
 
     config = TrainConfig(model_name_or_path="tiny-tools", advantage_estimator="remax",
                          prompts_per_step=2, num_generations=2, max_completion_length=96,

@@ -1,4 +1,4 @@
-"""labkit.engine.forward: the trainer's savings leave values and gradients as the textbook forward has
+"""labkit.training.forward: the trainer's savings leave values and gradients as the textbook forward has
 them (shared prompts, length packing)."""
 
 import copy
@@ -8,7 +8,10 @@ import pytest
 import torch
 
 from labkit.config import preset
-from labkit.engine.forward import (
+from labkit.models import ValueModel, build_char_tokenizer, tiny_qwen_config
+from labkit.tasks import load_split
+from labkit.trainer import Trainer
+from labkit.training.forward import (
     completion_outputs,
     critic_call,
     length_packed_micro_batches,
@@ -16,9 +19,6 @@ from labkit.engine.forward import (
     policy_call,
     shared_prompt_forward,
 )
-from labkit.models import ValueModel, build_char_tokenizer, tiny_qwen_config
-from labkit.tasks import load_split
-from labkit.trainer import Trainer
 
 
 @pytest.fixture(scope="module")

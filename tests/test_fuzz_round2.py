@@ -150,7 +150,7 @@ def test_code_in_a_trl_train_setting_never_runs():
 # ---- 8. interrupts ------------------------------------------------------------------------------
 @POSIX_SIGNALS
 def test_sigterm_and_sigint_are_held_inside_a_guarded_block():
-    from labkit.engine.run_control import InterruptGuard
+    from labkit.training.run_control import InterruptGuard
 
     guard = InterruptGuard()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -163,7 +163,7 @@ def test_sigterm_and_sigint_are_held_inside_a_guarded_block():
 
 @POSIX_SIGNALS
 def test_terminate_as_interrupt_turns_sigterm_into_keyboard_interrupt_and_restores():
-    from labkit.engine.run_control import InterruptGuard, terminate_as_interrupt
+    from labkit.training.run_control import InterruptGuard, terminate_as_interrupt
 
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(KeyboardInterrupt), terminate_as_interrupt():

@@ -74,7 +74,7 @@ def test_the_config_stands_above_the_methods_it_reads():
     """``labkit.config`` imports the method rooms to read their menus, settings and rules; the
     methods declare those through ``labkit.plugins``. So no module of a room that the config
     reaches (its imports, room to room: ``losses/``, ``advantages/``, ``rewards/``, ``tricks/``,
-    ``engine/``, ``offpolicy/``...) imports ``labkit.config``: that import would run back up, and
+    ``training/``, ``offpolicy/``...) imports ``labkit.config``: that import would run back up, and
     the config would need a lazy loader to dodge the circle. The rooms above it (the trainer,
     the doctor, the commands, the TRL bridge, ``scale/``, ``viz/``, ``widgets/``) may. And
     ``labkit/config/__init__.py`` loads plainly: it defines no ``__getattr__``."""

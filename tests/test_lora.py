@@ -1,4 +1,4 @@
-"""LoRA through peft (labkit.engine.lora): adapters only train, the reference is the base model with
+"""LoRA through peft (labkit.training.lora): adapters only train, the reference is the base model with
 adapters disabled, checkpoints resume, a LoRA GRPO run learns, and merge-and-save gives a plain
 model. All on the shipped tiny Qwen, one thread."""
 
@@ -9,10 +9,10 @@ import torch
 from small_trainer import small_trainer
 
 from labkit.config import TrainConfig
-from labkit.engine.forward import completion_logprobs, no_grad_outputs
-from labkit.engine.lora import is_lora_model, merge_and_save, trainable_parameter_count
 from labkit.models import TINY_MODEL_DIR
 from labkit.tasks import load_split
+from labkit.training.forward import completion_logprobs, no_grad_outputs
+from labkit.training.lora import is_lora_model, merge_and_save, trainable_parameter_count
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),
               pytest.mark.skipif(not TINY_MODEL_DIR.exists(),

@@ -130,10 +130,10 @@ def test_reference_row_only_with_beta_and_without_lora():
 
 
 def test_a_cuda_graphs_static_cache_is_rounded_up_and_kept_in_every_phase():
-    """A captured decode step keeps its static KV cache between rounds (labkit.decode), so on
+    """A captured decode step keeps its static KV cache between rounds (labkit.sampling), so on
     CUDA with graphs the cache counts in the training and step phases too, at the length the
     fixed loop allocates: prompt + completion rounded up to GRAPH_LENGTH_BUCKET."""
-    from labkit.decode import GRAPH_LENGTH_BUCKET
+    from labkit.sampling import GRAPH_LENGTH_BUCKET
 
     run = dict(SMALL, dtype="bfloat16")
     graph = memory_plan("tiny", TrainConfig(**run), prompt_length=30)

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from labkit.config import TrainConfig, preset
-from labkit.engine.sampling import synced_sampling_model
 from labkit.models import TINY_MODEL_DIR, load_policy
 from labkit.tasks import load_split
 from labkit.trainer import Trainer
+from labkit.training.batches import synced_sampling_copy
 from labkit.tricks.mismatch import MODES, mismatch_metrics, mismatch_weights
 
 MASK = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.bool)
@@ -147,7 +147,7 @@ def test_a_bfloat16_sampler_shows_a_gap_that_the_correction_weighs(mode):
     trainer = Trainer(config, model=model, tokenizer=tokenizer,
                       train_dataset=load_split("train").select(range(32)),
                       reward_funcs=[alternating_reward])
-    assert next(trainer.sampling_model.parameters()).dtype == torch.bfloat16
+    assert next(trainer.sampling_copy.parameters()).dtype == torch.bfloat16
     history = trainer.train().history
     assert (history["sampling_logp_diff"] > 1e-3).all()  # bf16 rounding is a real gap
     assert (history["sampling_logp_diff_max"] >= history["sampling_logp_diff"]).all()
@@ -157,6 +157,6 @@ def test_a_bfloat16_sampler_shows_a_gap_that_the_correction_weighs(mode):
     assert (history["is_corrected_frac"] > 0).any()
     assert (history["is_corrected_frac"] < 1).all()
     # the sampler follows the trainer: after the run, its weights are the policy's (cast)
-    synced_sampling_model(trainer.model, trainer.sampling_model)
-    for a, b in zip(trainer.sampling_model.parameters(), trainer.model.parameters(), strict=True):
+    synced_sampling_copy(trainer.model, trainer.sampling_copy)
+    for a, b in zip(trainer.sampling_copy.parameters(), trainer.model.parameters(), strict=True):
         assert torch.equal(a, b.to(torch.bfloat16))

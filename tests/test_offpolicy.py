@@ -45,7 +45,7 @@ def test_max_staleness_zero_is_todays_trainer_bit_for_bit(base):
     """k = 0 has no producer: the step samples its own batch. The same run through the
     deterministic producer at k = 0, and through a hand-written BatchSource (sample, then train),
     gives the identical history."""
-    from labkit.offpolicy import AheadSampler, StampedBatch
+    from labkit.offpolicy import AheadSource, StampedBatch
 
     class SampleThenTrain:  # a BatchSource by hand: the synchronous loop
         def __init__(self, sampling):
@@ -60,7 +60,7 @@ def test_max_staleness_zero_is_todays_trainer_bit_for_bit(base):
 
     timing = ["step_time", "tokens_per_second", "generation_time", "peak_memory_mb"]
     histories = []
-    for producer in (None, lambda s: AheadSampler(s, 0), SampleThenTrain):
+    for producer in (None, lambda s: AheadSource(s, 0), SampleThenTrain):
         trainer = make_trainer(base, max_steps=3)
         assert trainer.producer is None
         if producer is not None:
@@ -75,13 +75,13 @@ def test_max_staleness_zero_is_todays_trainer_bit_for_bit(base):
 def test_the_synchronous_step_builds_no_producer(base, monkeypatch):
     """max_staleness = 0 (deterministic, whole batches): the trainer samples each step's batch
     itself (Trainer.sample_and_score); no producer of labkit.offpolicy is built or called."""
-    from labkit.offpolicy import AdmissionSampler, AheadSampler, OverlappedSampler
-    from labkit.offpolicy.partial import PartialRolloutSampler
+    from labkit.offpolicy import AdmissionSource, AheadSource, OverlappedSource
+    from labkit.offpolicy.partial import PartialRolloutSource
 
     def refuse(self, *args, **kwargs):
         raise AssertionError(f"the synchronous trainer built a {type(self).__name__}")
 
-    for producer in (AheadSampler, OverlappedSampler, AdmissionSampler, PartialRolloutSampler):
+    for producer in (AheadSource, OverlappedSource, AdmissionSource, PartialRolloutSource):
         monkeypatch.setattr(producer, "__init__", refuse)
     trainer = make_trainer(base, max_steps=2)
     sampled = []

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from labkit.config import TrainConfig, preset
-from labkit.engine.forward import completion_logprobs_and_entropy
-from labkit.rollout import continue_rollout, generate
+from labkit.sampling import continue_rollout, generate
 from labkit.trainer import Trainer
+from labkit.training.forward import completion_logprobs_and_entropy
 
 SMALL = {"prompts_per_step": 4, "num_generations": 4, "max_completion_length": 16,
          "max_steps": 2, "progress": False}

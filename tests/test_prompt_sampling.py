@@ -12,17 +12,17 @@ from labkit.models import build_char_tokenizer, tiny_qwen_config
 from labkit.tasks import load_split
 from labkit.trainer import Trainer
 from labkit.tricks.prompt_sampling import (
-    CurriculumSampler,
-    MultiTaskSampler,
-    PrioritizedSampler,
-    UniformSampler,
+    CurriculumOrder,
+    MultiTaskOrder,
+    PrioritizedOrder,
+    UniformOrder,
     iwu_step,
-    make_sampler,
+    make_prompt_order,
 )
 
 
 def test_uniform_passes_cover_every_prompt_once_per_epoch():
-    sampler = UniformSampler(10, seed=0)
+    sampler = UniformOrder(10, seed=0)
     first = sampler.take(10)
     assert sorted(first) == list(range(10))
     state = sampler.state_dict()
@@ -33,7 +33,7 @@ def test_uniform_passes_cover_every_prompt_once_per_epoch():
 
 def test_curriculum_allows_harder_prompts_over_time():
     difficulties = [1, 1, 2, 2, 3, 3, 4, 4]
-    sampler = CurriculumSampler(difficulties, seed=0, total_steps=10, ratio=0.6)
+    sampler = CurriculumOrder(difficulties, seed=0, total_steps=10, ratio=0.6)
     assert {difficulties[i] for i in sampler.take(2)} == {1}
     seen_max = []
     for _ in range(10):
@@ -45,14 +45,14 @@ def test_curriculum_allows_harder_prompts_over_time():
 
 
 def test_prioritized_sampling_follows_one_minus_solve_rate():
-    sampler = PrioritizedSampler(4, seed=0, floor=0.0, ema=1.0)
+    sampler = PrioritizedOrder(4, seed=0, floor=0.0, ema=1.0)
     sampler.observe([0, 1, 2, 3], [1.0, 1.0, 0.5, 0.0])
     assert sampler.weights() == [0.0, 0.0, 0.5, 1.0]  # Kimi's p_i ~ 1 - s_i
     counts = [0] * 4
     for _ in range(300):
         counts[sampler.take(1)[0]] += 1
     assert counts[0] == counts[1] == 0 and 1.5 < counts[3] / counts[2] < 2.7
-    floored = PrioritizedSampler(2, seed=0, floor=0.05, ema=1.0)
+    floored = PrioritizedOrder(2, seed=0, floor=0.05, ema=1.0)
     floored.observe([0, 1], [1.0, 1.0])
     assert sorted(floored.take(2)) == [0, 1]  # all solved: the floor keeps the draw possible
 
@@ -65,7 +65,7 @@ def test_iwu_step_paper_checks():
 
 def test_multitask_weights_move_toward_the_worst_family():
     families = ["add"] * 5 + ["mul"] * 5
-    sampler = MultiTaskSampler(families, seed=0, lam=1.0, lr=1.0)
+    sampler = MultiTaskOrder(families, seed=0, lam=1.0, lr=1.0)
     for _ in range(5):
         sampler.observe(list(range(10)), [0.9] * 5 + [0.1] * 5)
     weights = sampler.family_weights()
@@ -73,7 +73,7 @@ def test_multitask_weights_move_toward_the_worst_family():
     drawn = [families[i] for i in sampler.take(200 // 4 * 0 + 8)]
     assert drawn.count("mul") >= drawn.count("add")
     state = sampler.state_dict()
-    other = MultiTaskSampler(families, seed=0)
+    other = MultiTaskOrder(families, seed=0)
     other.load_state_dict(state)
     assert other.family_weights() == pytest.approx(weights)
 
@@ -81,7 +81,7 @@ def test_multitask_weights_move_toward_the_worst_family():
 def test_make_sampler_needs_its_column():
     data = load_split("train").select(range(20)).remove_columns(["difficulty"])
     with pytest.raises(ValueError, match="difficulty"):
-        make_sampler("curriculum", data, 0, total_steps=10)
+        make_prompt_order("curriculum", data, 0, total_steps=10)
 
 
 def test_the_trainer_feeds_solve_rates_back():
@@ -100,9 +100,9 @@ def test_the_trainer_feeds_solve_rates_back():
     trainer = Trainer(config, model=copy.deepcopy(model), tokenizer=tokenizer,
                       train_dataset=data, reward_funcs=[parity])
     trainer.train()
-    seen = [i for i, s in enumerate(trainer.sampler.solve_rate) if s != 0]
+    seen = [i for i, s in enumerate(trainer.prompt_order.solve_rate) if s != 0]
     # the random model never answers right: solve rates stay 0, but the trainer called observe
-    assert isinstance(trainer.sampler, PrioritizedSampler) and seen == []
+    assert isinstance(trainer.prompt_order, PrioritizedOrder) and seen == []
     assert {f"accuracy_{f}" for f in set(data["family"])} & set(trainer.history.columns)
     multi = Trainer(preset("grpo", prompts_per_step=4, num_generations=2,
                            max_completion_length=8, max_steps=2, progress=False,
@@ -110,4 +110,4 @@ def test_the_trainer_feeds_solve_rates_back():
                     model=copy.deepcopy(model), tokenizer=tokenizer, train_dataset=data,
                     reward_funcs=[parity])
     multi.train()
-    assert multi.sampler.last_accuracy  # fed after each step
+    assert multi.prompt_order.last_accuracy  # fed after each step

@@ -14,11 +14,11 @@ import torch
 
 from labkit import logprobs as logprobs_module
 from labkit.config import preset
-from labkit.engine import forward as forward_module
-from labkit.engine.run_control import peak_memory_mb
 from labkit.models import SHIPPED_CONFIGS, count_parameters, load_model_config, load_policy
 from labkit.tasks import load_split
 from labkit.trainer import Trainer
+from labkit.training import forward as forward_module
+from labkit.training.run_control import peak_memory_mb
 
 QWEN_0_5B = "Qwen/Qwen2.5-0.5B-Instruct"
 VOCAB = 151_936

@@ -24,14 +24,14 @@ from text_rewards import length_reward
 
 from labkit.config import TrainConfig
 from labkit.config import train_config as config_module
-from labkit.engine.checkpoint import CheckpointError, load_checkpoint, load_state
-from labkit.engine.run_control import guarded_optimizer_step
 from labkit.losses import AGGREGATIONS, aggregate, clipped_surrogate, entropy_bonus, policy_loss
 from labkit.metrics import StepStats
 from labkit.rewards import RewardFunctionError, combine_rewards_by_weight
-from labkit.rollout import prompt_text
+from labkit.sampling import prompt_text
 from labkit.tasks import load_split
 from labkit.trainer import TIMING_COLUMNS
+from labkit.training.checkpoint import CheckpointError, load_checkpoint, load_state
+from labkit.training.run_control import guarded_optimizer_step
 
 SMALL = {"prompts_per_step": 4, "num_generations": 4, "max_completion_length": 16,
          "max_steps": 3, "progress": False}

@@ -29,7 +29,7 @@ from labkit.offpolicy import offpolicy_terms
 from labkit.rewards import RewardFunctionError
 from labkit.scale.memory import memory_plan, phase_totals
 from labkit.trainer import TIMING_COLUMNS
-from labkit.tricks.prompt_sampling import UniformSampler
+from labkit.tricks.prompt_sampling import UniformOrder
 
 SMALL = {"prompts_per_step": 4, "num_generations": 4, "max_completion_length": 16,
          "max_steps": 3, "progress": False}
@@ -70,9 +70,9 @@ def record_trained_prompts(trainer) -> list[list[int]]:
 
 
 def prompt_order(trainer, steps: int) -> list[list[int]]:
-    """The prompts of ``steps`` batches in the order the run's uniform prompt sampler draws them:
+    """The prompts of ``steps`` batches in the order the run's uniform prompt order draws them:
     what an uninterrupted run trains."""
-    sampler = UniformSampler(len(trainer.train_dataset), trainer.config.seed)
+    sampler = UniformOrder(len(trainer.train_dataset), trainer.config.seed)
     return [sampler.take(trainer.config.prompts_per_step) for _ in range(steps)]
 
 
@@ -84,7 +84,7 @@ def without_timings(history):
 def test_ctrl_c_before_an_overlapped_update_trains_every_batch_once_in_order(base):
     """The interrupted step's batch goes back first in line and the sampling thread's prompt
     stream is not rewound under it: the next train() trains that batch, then the following ones,
-    each once, in the order the prompt sampler drew them."""
+    each once, in the order the prompt order drew them."""
     trainer = make_trainer(base, max_steps=4, **OVERLAPPED)
     trained = record_trained_prompts(trainer)
     next_batch, fired = trainer.producer.next, []
@@ -300,7 +300,7 @@ def test_the_curriculum_advances_once_per_training_step_with_dynamic_sampling(ba
                            dynamic_sampling=True, max_resample_rounds=2, reward_funcs=[constant])
     history = trainer.train().history
     assert history["resample_rounds"].tolist() == [2, 2, 2, 2]
-    assert trainer.sampler.step == 4
+    assert trainer.prompt_order.step == 4
 
 
 # ---- 10. the memory plan of an overlapped run ---------------------------------------------------------

@@ -14,7 +14,7 @@ from labkit.config import preset
 from labkit.evaluate import evaluate
 from labkit.finetune.rft import rejection_sample
 from labkit.models import load_policy
-from labkit.rollout import encode_prompts, generate
+from labkit.sampling import encode_prompts, generate
 from labkit.tasks import load_split
 from labkit.trainer import Trainer
 

@@ -1,4 +1,5 @@
-"""The fixed-shape decode loop (labkit.decode) against the dynamic one (labkit.rollout).
+"""The fixed-shape decode loop (labkit.sampling.fixed) against the dynamic one
+(labkit.sampling.dynamic).
 
 On the CPU in float32 and under the same seed the fixed loop gives the dynamic loop's tokens,
 lengths and texts exactly, draws exactly the same random numbers (the generator ends in the
@@ -17,13 +18,12 @@ import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from labkit import decode
 from labkit.agents.calculator import CalculatorEnv
 from labkit.agents.episodes import environments, run_episodes
 from labkit.config import TrainConfig, preset
-from labkit.decode import decode_settings, plan_decoding
 from labkit.models import load_policy
-from labkit.rollout import generate, generate_from_ids
+from labkit.sampling import DecodePlan, Decoder, generate, generate_from_ids, plan_decoding
+from labkit.sampling import fixed as fixed_loop
 from labkit.scale.bench_memory import alternating_reward
 from labkit.tasks import load_split
 from labkit.trainer import Trainer
@@ -48,13 +48,14 @@ def prompts():
     return load_split("train").select(range(8))["prompt"]
 
 
-def both_loops(call, seed: int = 3):
-    """``call(generator=..., decode_path=...)`` on each loop from the same seed: the two results
-    and the two generators' final states."""
+def both_loops(call, seed: int = 3, fixed: Decoder | None = None):
+    """``call(generator=..., decoder=...)`` on each loop from the same seed: the two results and
+    the two generators' final states. ``fixed``: the fixed loop's decoder, kept by the caller
+    across calls (a shape is captured at its second use); default a fresh one."""
     results, states = [], []
-    for path in ("dynamic", "fixed"):
+    for decoder in (Decoder("dynamic"), fixed or Decoder("fixed")):
         generator = torch.Generator().manual_seed(seed)
-        results.append(call(generator=generator, decode_path=path))
+        results.append(call(generator=generator, decoder=decoder))
         states.append(generator.get_state())
     return results, states
 
@@ -106,11 +107,11 @@ def test_episodes_sample_the_same_on_both_loops():
     rows = load_split("eval").select(range(3))
     runs = []
     for path in ("dynamic", "fixed"):
-        with decode_settings(path=path):
-            runs.append(run_episodes(model, tokenizer, rows["prompt"],
-                                     environments(CalculatorEnv, rows[:], 4), num_generations=4,
-                                     max_completion_length=128, max_tool_calling_iterations=2,
-                                     generator=torch.Generator().manual_seed(0)))
+        runs.append(run_episodes(model, tokenizer, rows["prompt"],
+                                 environments(CalculatorEnv, rows[:], 4), num_generations=4,
+                                 max_completion_length=128, max_tool_calling_iterations=2,
+                                 generator=torch.Generator().manual_seed(0),
+                                 decoder=Decoder(path)))
     dynamic, fixed = runs
     assert_same_rollout(dynamic, fixed)
     assert torch.equal(dynamic.action_mask, fixed.action_mask)
@@ -123,7 +124,7 @@ def test_drawing_for_every_row_would_change_the_random_stream(shipped_tiny, prom
     finished ones included (what a GPU does to avoid a host read), takes more numbers from the
     generator. The tokens agree until the first row finishes, and not after."""
     model, tokenizer = shipped_tiny
-    monkeypatch.setattr(decode, "draws_live_rows_only", lambda device: False)
+    monkeypatch.setattr(fixed_loop, "draws_live_rows_only", lambda device: False)
     (dynamic, every_row), (state_a, state_b) = both_loops(
         lambda **kw: generate(model, tokenizer, prompts, num_generations=4,
                               max_completion_length=48, **kw))
@@ -138,12 +139,26 @@ def test_finishing_checks_every_k_tokens_change_nothing(shipped_tiny, prompts, m
     """On a GPU the loop reads "all finished?" every CHECK_EVERY tokens; the extra steps after
     the last row ends are padding and change no output."""
     model, tokenizer = shipped_tiny
-    monkeypatch.setattr(decode, "draws_live_rows_only", lambda device: False)
-    results = []
+    monkeypatch.setattr(fixed_loop, "draws_live_rows_only", lambda device: False)
+    results, reads = [], []
+    real = fixed_loop.decode_fixed
+
+    def counted(*args, **kwargs):  # how many host reads of the finished rows the loop made
+        stack = torch.stack
+        calls = []
+        monkeypatch.setattr(torch, "stack", lambda *a, **k: calls.append(1) or stack(*a, **k))
+        try:
+            return real(*args, **kwargs)
+        finally:
+            monkeypatch.setattr(torch, "stack", stack)
+            reads.append(len(calls))
+
+    monkeypatch.setattr("labkit.sampling.generation.decode_fixed", counted)
     for check_every in (1, 5, 64):
-        monkeypatch.setattr(decode, "CHECK_EVERY", check_every)
+        monkeypatch.setattr(fixed_loop, "CHECK_EVERY", check_every)
         results.append(generate(model, tokenizer, prompts, num_generations=2, greedy=True,
-                                max_completion_length=48, decode_path="fixed"))
+                                max_completion_length=48, decoder=Decoder("fixed")))
+    assert reads[0] > reads[1] > reads[2] >= 1  # the setting took effect
     for other in results[1:]:
         assert_same_rollout(results[0], other)
 
@@ -156,7 +171,7 @@ def test_the_attention_kernel_changes_nothing_beyond_rounding(shipped_tiny, prom
     for kernel in (None, SDPBackend.MATH):
         with sdpa_kernel([kernel]) if kernel else nullcontext():
             runs.append(generate(model, tokenizer, prompts, num_generations=4,
-                                 max_completion_length=48, decode_path=path,
+                                 max_completion_length=48, decoder=Decoder(path),
                                  generator=torch.Generator().manual_seed(1)))
     assert_same_rollout(*runs)
 
@@ -216,7 +231,7 @@ def test_a_run_says_which_loop_samples_when_it_is_not_the_cpu_default(shipped_ti
         if path == "auto":
             assert printed == ""
         else:
-            assert "sampler: fixed-shape loop (static KV cache), eager decode steps; " \
+            assert "decode loop: fixed-shape loop (static KV cache), eager decode steps; " \
                    "decode_path='fixed' was asked for; no CUDA graph on cpu" in printed
     for column in ("reward", "accuracy", "completion_length", "truncation_rate"):
         assert histories["auto"][column].tolist() == histories["fixed"][column].tolist()
@@ -233,23 +248,24 @@ def cuda_tiny():
     return load_policy("tiny", device="cuda", dtype="float32")
 
 
-def cuda_rollout(model, tokenizer, prompts, **settings):
+def cuda_rollout(model, tokenizer, prompts, decoder=None, **settings):
     generator = torch.Generator(device="cuda").manual_seed(0)
     return generate(model, tokenizer, prompts, num_generations=8, max_completion_length=48,
-                    generator=generator, **settings)
+                    generator=generator, decoder=decoder, **settings)
 
 
 @cuda
 def test_cuda_graph_replays_what_eager_steps_compute(cuda_tiny, prompts):
     model, tokenizer = cuda_tiny
     assert plan_decoding(model).cuda_graph
-    eager = cuda_rollout(model, tokenizer, prompts, decode_path="fixed", cuda_graphs=False)
+    eager = cuda_rollout(model, tokenizer, prompts, Decoder("fixed", cuda_graphs=False))
+    decoder = Decoder("fixed", cuda_graphs=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a failed capture warns and decodes eagerly
         for _ in range(2):  # a shape is captured at its second use
-            graph = cuda_rollout(model, tokenizer, prompts, decode_path="fixed", cuda_graphs=True)
-    assert decode.capture_failure(model) is None
-    assert [w.graph is not None for w in decode._WORKSPACES[model].values()] == [True]
+            graph = cuda_rollout(model, tokenizer, prompts, decoder)
+    assert decoder.capture_failure(model) is None
+    assert [w.graph is not None for w in decoder.captured.kept(model)] == [True]
     assert_same_rollout(eager, graph)
     assert eager.lengths.unique().numel() > 2
 
@@ -257,7 +273,7 @@ def test_cuda_graph_replays_what_eager_steps_compute(cuda_tiny, prompts):
 @cuda
 def test_cuda_fixed_greedy_matches_the_dynamic_loop(cuda_tiny, prompts):
     model, tokenizer = cuda_tiny
-    dynamic, fixed = (cuda_rollout(model, tokenizer, prompts, greedy=True, decode_path=path)
+    dynamic, fixed = (cuda_rollout(model, tokenizer, prompts, Decoder(path), greedy=True)
                       for path in ("dynamic", "fixed"))
     assert_same_rollout(dynamic, fixed)
 
@@ -266,14 +282,15 @@ def test_cuda_fixed_greedy_matches_the_dynamic_loop(cuda_tiny, prompts):
 def test_cuda_a_captured_step_is_reused_and_reads_weights_updated_in_place(cuda_tiny, prompts):
     model, tokenizer = cuda_tiny
     model = copy.deepcopy(model)
-    cuda_rollout(model, tokenizer, prompts, greedy=True)
-    cuda_rollout(model, tokenizer, prompts, greedy=True)
-    assert len(decode._WORKSPACES[model]) == 1  # one capture for one shape
+    decoder = Decoder()
+    cuda_rollout(model, tokenizer, prompts, decoder, greedy=True)
+    cuda_rollout(model, tokenizer, prompts, decoder, greedy=True)
+    assert len(decoder.captured.kept(model)) == 1  # one capture for one shape
     with torch.no_grad():  # an optimizer step: the same tensors, new values
         for p in model.parameters():
             p.mul_(1.05)
-    graph = cuda_rollout(model, tokenizer, prompts, greedy=True)
-    eager = cuda_rollout(model, tokenizer, prompts, greedy=True, cuda_graphs=False)
+    graph = cuda_rollout(model, tokenizer, prompts, decoder, greedy=True)
+    eager = cuda_rollout(model, tokenizer, prompts, Decoder(cuda_graphs=False), greedy=True)
     assert_same_rollout(eager, graph)
 
 
@@ -283,7 +300,7 @@ def test_cuda_decoding_never_runs_cudnn_attention(cuda_tiny, prompts):
     model = copy.deepcopy(model).to(torch.bfloat16)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
         for path in ("dynamic", "fixed"):
-            cuda_rollout(model, tokenizer, prompts, decode_path=path, cuda_graphs=False)
+            cuda_rollout(model, tokenizer, prompts, Decoder(path, cuda_graphs=False))
     names = {event.name for event in profile.events()}
     assert not [name for name in names if "cudnn_attention" in name]
     assert any("scaled_dot_product" in name for name in names)
@@ -291,7 +308,7 @@ def test_cuda_decoding_never_runs_cudnn_attention(cuda_tiny, prompts):
 
 @cuda
 def test_cuda_lora_adapters_are_not_captured(cuda_tiny):
-    from labkit.engine.lora import wrap_with_lora
+    from labkit.training.lora import wrap_with_lora
 
     model, _ = cuda_tiny
     lora = wrap_with_lora(copy.deepcopy(model), TrainConfig(use_peft=True))
@@ -319,13 +336,10 @@ def capture_on_the_cpu(workspace, model):
 @pytest.fixture
 def captured(monkeypatch):
     """The CUDA-graph branch of the fixed loop on the CPU: plan says graph, capture replays."""
-    from labkit import rollout
-    from labkit.decode import DecodePlan
-
-    real = rollout.plan_decoding
-    monkeypatch.setattr(rollout, "plan_decoding", lambda model, path, graphs: (
-        real(model, path, graphs) if path == "dynamic" else DecodePlan("fixed", True, "test")))
-    monkeypatch.setattr(decode._Workspace, "capture", capture_on_the_cpu)
+    monkeypatch.setattr(Decoder, "plan", lambda self, model: (
+        plan_decoding(model, self.path, self.cuda_graphs) if self.path == "dynamic"
+        else DecodePlan("fixed", True, "test")))
+    monkeypatch.setattr(fixed_loop.Workspace, "capture", capture_on_the_cpu)
 
 
 def test_a_captured_workspace_is_reloaded_for_every_call(shipped_tiny, captured):
@@ -338,34 +352,44 @@ def test_a_captured_workspace_is_reloaded_for_every_call(shipped_tiny, captured)
     groups = [rows.select(range(i, i + 4))["prompt"] for i in (0, 4, 8)]
     longest = max(range(40), key=lambda i: len(str(rows[i]["prompt"])))
     groups.insert(1, rows.select([longest, 1, 2, 3])["prompt"])  # captured on the longest
+    decoder = Decoder("fixed")
     for i, prompts in enumerate(groups):
         (dynamic, fixed), _ = both_loops(
             lambda prompts=prompts, **kw: generate(model, tokenizer, prompts, num_generations=4,
-                                                   max_completion_length=40, top_p=0.9, **kw))
+                                                   max_completion_length=40, top_p=0.9, **kw),
+            fixed=decoder)
         assert_same_rollout(dynamic, fixed)
         # a shape is kept and captured at its second use
-        assert len(decode._WORKSPACES.get(model, {})) == (i > 0)
+        assert len(decoder.captured.kept(model)) == (i > 0)
     with torch.no_grad():  # weights updated in place (an optimizer step): the same workspace
         for p in model.parameters():
             p.mul_(0.98)
     (dynamic, fixed), _ = both_loops(lambda **kw: generate(
-        model, tokenizer, groups[0], num_generations=4, max_completion_length=40, **kw))
+        model, tokenizer, groups[0], num_generations=4, max_completion_length=40, **kw),
+        fixed=decoder)
     assert_same_rollout(dynamic, fixed)
-    assert len(decode._WORKSPACES[model]) == 1
+    assert len(decoder.captured.kept(model)) == 1
+    assert not Decoder("fixed").captured.kept(model)  # another decoder keeps nothing of it
 
 
-def test_a_models_captured_workspaces_keep_it_alive_no_longer_than_its_user(shipped_tiny,
-                                                                          captured):
+def test_captured_workspaces_keep_neither_model_nor_decoder_alive(shipped_tiny, captured):
     model, tokenizer = shipped_tiny
-    model = copy.deepcopy(model)
-    for _ in range(2):  # a shape is captured at its second use
-        generate(model, tokenizer, load_split("train").select(range(2))["prompt"],
-                 num_generations=2, max_completion_length=8)
-    assert len(decode._WORKSPACES[model]) == 1
-    gone = weakref.ref(model)
-    del model
+    decoder = Decoder()
+    kept = []
+    for _ in range(2):
+        model_copy = copy.deepcopy(model)
+        for _ in range(2):  # a shape is captured at its second use
+            generate(model_copy, tokenizer, load_split("train").select(range(2))["prompt"],
+                     num_generations=2, max_completion_length=8, decoder=decoder)
+        assert len(decoder.captured.kept(model_copy)) == 1
+        kept.append(weakref.ref(decoder.captured.kept(model_copy)[0]))
+    gone = weakref.ref(model_copy)
+    del model_copy
     gc.collect()
-    assert gone() is None  # its static cache, buffers and graph went with it
+    assert gone() is None and kept[1]() is None  # its static cache, buffers and graph went too
+    del decoder
+    gc.collect()
+    assert kept[0]() is None  # a decoder's workspaces go with it: no module-level cache
 
 
 def test_a_capture_that_fails_warns_once_and_decodes_eagerly(shipped_tiny, captured,
@@ -376,17 +400,22 @@ def test_a_capture_that_fails_warns_once_and_decodes_eagerly(shipped_tiny, captu
     def fails(workspace, model):
         raise RuntimeError("operation not permitted when stream is capturing")
 
-    monkeypatch.setattr(decode._Workspace, "capture", fails)
+    monkeypatch.setattr(fixed_loop.Workspace, "capture", fails)
     prompts = load_split("train").select(range(4))["prompt"]
-    generate(model, tokenizer, prompts, num_generations=4, max_completion_length=32)  # 1st use
+    decoder = Decoder()
+    generate(model, tokenizer, prompts, num_generations=4, max_completion_length=32,
+             decoder=decoder)  # the shape's first use
     with pytest.warns(UserWarning, match="could not be captured as a CUDA graph .*operation "
                                          "not permitted.*cuda_graphs=False"):
         (dynamic, fixed), _ = both_loops(lambda **kw: generate(
-            model, tokenizer, prompts, num_generations=4, max_completion_length=32, **kw))
+            model, tokenizer, prompts, num_generations=4, max_completion_length=32, **kw),
+            fixed=decoder)
     assert_same_rollout(dynamic, fixed)
+    assert "operation not permitted" in decoder.capture_failure(model)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        generate(model, tokenizer, prompts, num_generations=4, max_completion_length=32)
+        generate(model, tokenizer, prompts, num_generations=4, max_completion_length=32,
+                 decoder=decoder)
 
 
 @cuda

@@ -1,4 +1,4 @@
-"""Reads from the device to the host (each one a GPU sync): the fixed-shape sampler reads whether
+"""Reads from the device to the host (each one a GPU sync): the fixed-shape decode loop reads whether
 every row finished every CHECK_EVERY tokens, not after each token, and the training step's
 helpers read what they need once per call, not once per row or per metric. Counted on the CPU
 by intercepting the tensor-to-Python conversions, which on a GPU wait for the queue to drain."""
@@ -9,12 +9,12 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from labkit import decode
-from labkit.engine.forward import length_packed_micro_batches
 from labkit.logprobs import logprobs_and_entropy
 from labkit.metrics import StepStats
-from labkit.rollout import generate
+from labkit.sampling import DecodePlan, Decoder, generate, plan_decoding
+from labkit.sampling import fixed as fixed_loop
 from labkit.tasks import load_split
+from labkit.training.forward import length_packed_micro_batches
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -56,9 +56,9 @@ def test_the_fixed_loop_reads_the_finished_rows_every_check_every_tokens(shipped
     where the dynamic loop reads after every token."""
     model, tokenizer = shipped_tiny
     prompts = load_split("train").select(range(4))["prompt"]
-    monkeypatch.setattr(decode, "draws_live_rows_only", lambda device: False)
+    monkeypatch.setattr(fixed_loop, "draws_live_rows_only", lambda device: False)
     calls = []
-    real = decode.decode_fixed
+    real = fixed_loop.decode_fixed
 
     def counted(*args, **kwargs):
         with host_reads() as reads:
@@ -66,16 +66,16 @@ def test_the_fixed_loop_reads_the_finished_rows_every_check_every_tokens(shipped
         calls.append(reads["reads"])
         return result
 
-    monkeypatch.setattr("labkit.rollout.decode_fixed", counted)
+    monkeypatch.setattr("labkit.sampling.generation.decode_fixed", counted)
     length = 48
     rollout = generate(model, tokenizer, prompts, num_generations=4, max_completion_length=length,
-                       decode_path="fixed", generator=torch.Generator().manual_seed(0))
+                       decoder=Decoder("fixed"), generator=torch.Generator().manual_seed(0))
     steps = int(rollout.lengths.max())
-    assert steps > 2 * decode.CHECK_EVERY
+    assert steps > 2 * fixed_loop.CHECK_EVERY
     # one read per check (the live and non-finite counts together), at most one more check for
     # the steps after the last row ended, and none per token
-    assert calls == [math.ceil(steps / decode.CHECK_EVERY)] or \
-        calls == [math.ceil(steps / decode.CHECK_EVERY) + 1]
+    assert calls == [math.ceil(steps / fixed_loop.CHECK_EVERY)] or \
+        calls == [math.ceil(steps / fixed_loop.CHECK_EVERY) + 1]
 
 
 def test_packing_micro_batches_reads_the_lengths_once():
@@ -134,15 +134,13 @@ def test_the_decode_step_reads_nothing_back_as_a_cuda_graph_requires(monkeypatch
     """A CUDA graph cannot capture a step that reads a value back to the host: the fixed loop's
     step (mask column, model forward on the static cache, logits copy, counters) makes no read,
     on both attention implementations it drives (transformers' Qwen3 here)."""
-    from labkit import rollout
-    from labkit.decode import DecodePlan
     from labkit.models import load_policy
 
     model, tokenizer = load_policy("tiny", device="cpu", dtype="float32",
                                    attn_implementation=attention)
-    real = rollout.plan_decoding
-    monkeypatch.setattr(rollout, "plan_decoding", lambda model, path, graphs: (
-        real(model, path, graphs) if path == "dynamic" else DecodePlan("fixed", True, "test")))
+    monkeypatch.setattr(Decoder, "plan", lambda self, model: (
+        plan_decoding(model, self.path, self.cuda_graphs) if self.path == "dynamic"
+        else DecodePlan("fixed", True, "test")))
     reads = []
 
     def capture(workspace, model):
@@ -151,8 +149,10 @@ def test_the_decode_step_reads_nothing_back_as_a_cuda_graph_requires(monkeypatch
         reads.append(counted["reads"])
         workspace.graph = None  # decode with eager steps from here
 
-    monkeypatch.setattr(decode._Workspace, "capture", capture)
+    monkeypatch.setattr(fixed_loop.Workspace, "capture", capture)
     prompts = load_split("train").select(range(2))["prompt"]
+    decoder = Decoder()
     for _ in range(2):  # captured at the second use of the shape
-        generate(model, tokenizer, prompts, num_generations=2, max_completion_length=8)
+        generate(model, tokenizer, prompts, num_generations=2, max_completion_length=8,
+                 decoder=decoder)
     assert reads == [0]

@@ -1,13 +1,13 @@
-"""labkit.engine.scoring: the rewards of a step's completions, on the batch's device."""
+"""labkit.training.scoring: the rewards of a step's completions, on the batch's device."""
 
 from types import SimpleNamespace
 
 import torch
 
 from labkit.config import TrainConfig
-from labkit.engine.scoring import score_completions
 from labkit.rewards import accuracy_reward, format_reward
 from labkit.tasks import load_split
+from labkit.training.scoring import score_completions
 
 
 def test_every_reward_tensor_the_batch_keeps_is_on_the_rollouts_device():

@@ -13,7 +13,7 @@ from labkit.finetune.sft import (
     warmup_cosine,
 )
 from labkit.models import TINY_MODEL_DIR, build_char_tokenizer, load_policy
-from labkit.rollout import prompt_text
+from labkit.sampling import prompt_text
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,10 @@ import torch
 from small_trainer import small_trainer
 
 from labkit.advantages import ESTIMATOR_REGISTRY, combine_rewards
-from labkit.engine.forward import completion_logprobs
 from labkit.losses import LOSS_REGISTRY
 from labkit.rewards.length import length_shaped_rewards
 from labkit.tasks import load_split
+from labkit.training.forward import completion_logprobs
 from labkit.tricks.temperature import temperature_at
 
 SMALL = {"prompts_per_step": 4, "num_generations": 4, "max_completion_length": 16,

@@ -250,7 +250,7 @@ def test_a_lora_setting_the_lab_lacks_is_refused_by_name(field, value, shown):
 def test_a_checkpoint_from_before_a_new_field_still_resumes():
     """use_rslora and use_dora are new TrainConfig fields: a checkpoint saved without them ran at
     their defaults, and resumes; one that differs from the run is still refused."""
-    from labkit.engine.checkpoint import check_same_run
+    from labkit.training.checkpoint import check_same_run
 
     config = TrainConfig()
     saved = {k: v for k, v in config.to_dict().items() if k not in ("use_rslora", "use_dora")}

@@ -27,7 +27,7 @@ reward). A turn-level advantage estimator (:mod:`labkit.advantages.turn_level`) 
 as GAE reads an outcome on a completion's last token.
 
 Batched: every turn samples all unfinished episodes at once with the KV-cached sampler
-(:func:`labkit.rollout.generate_from_ids`, continuing from token ids, so nothing the policy
+(:func:`labkit.sampling.generate_from_ids`, continuing from token ids, so nothing the policy
 sampled is re-tokenized), and episodes of one group end at different turns.
 """
 
@@ -40,7 +40,7 @@ import torch
 
 from labkit.agents.tool_calls import ERROR_PREFIX, last_tool_call, run_tool_call
 from labkit.plugins.settings import integer
-from labkit.rollout import Rollout, encode_prompts, generate_from_ids
+from labkit.sampling import Decoder, Rollout, encode_prompts, generate_from_ids
 
 #: The tokens appended after a turn that called a tool: the end of the assistant's turn is already
 #: there (its end-of-turn token); then the reply as a user turn and the next assistant header.
@@ -50,7 +50,7 @@ ENVIRONMENT_TURN = ("\n<|im_start|>user\n<tool_response>\n{reply}\n</tool_respon
 
 @dataclass
 class Episodes(Rollout):
-    """A :class:`labkit.rollout.Rollout` of multi-turn episodes (B rows, L tokens after the
+    """A :class:`labkit.sampling.Rollout` of multi-turn episodes (B rows, L tokens after the
     prompt), with who wrote what:
 
     ================ ========== ===============================================================
@@ -138,14 +138,16 @@ def environments(factory, rows: dict, num_generations: int) -> list:
 def run_episodes(model, tokenizer, prompts, environments, *, num_generations: int = 1,
                  max_completion_length: int = 256, max_tool_calling_iterations: int | None = None,
                  temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
-                 greedy: bool = False, generator: torch.Generator | None = None) -> Episodes:
+                 greedy: bool = False, generator: torch.Generator | None = None,
+                 decoder: Decoder | None = None) -> Episodes:
     """Run one episode per prompt and completion: ``len(prompts) * num_generations`` rows, the
     completions of one prompt consecutive (TRL's layout).
 
     ``environments`` holds one environment per row, already reset on its row's data (TRL's
     contract: public methods are the tools). ``max_tool_calling_iterations``: most tool calls an
     episode gets answered, an integer >= 1 (None: as many as the length budget allows).
-    ``greedy``: every turn takes the arg-max token (ReMax's baseline episode).
+    ``greedy``: every turn takes the arg-max token (ReMax's baseline episode). ``decoder``: the
+    decode loop every turn runs (:class:`labkit.sampling.Decoder`).
     """
     rows = len(prompts) * num_generations
     if len(environments) != rows:
@@ -173,7 +175,7 @@ def run_episodes(model, tokenizer, prompts, environments, *, num_generations: in
         ids, mask = _left_padded([contexts[i] + tokens[i] for i in active], tokenizer, device)
         turn = generate_from_ids(model, tokenizer, ids, mask, max_completion_length=budget,
                                  temperature=temperature, top_p=top_p, top_k=top_k,
-                                 greedy=greedy, generator=generator,
+                                 greedy=greedy, generator=generator, decoder=decoder,
                                  # the first turn checks prompt + budget against the context;
                                  # later, each row's room is its own, below the longest's budget
                                  check_context_length=not any(tokens[i] for i in active))

@@ -58,12 +58,12 @@ from labkit.agents import named_environment
 from labkit.agents.guessing import FAMILY as GUESSING_FAMILY
 from labkit.agents.guessing import guessing_dataset
 from labkit.config import PRESETS, preset
-from labkit.engine.run_control import terminate_as_interrupt
 from labkit.rewards import REWARD_REGISTRY, named_reward
 from labkit.rewards.environment import check_environment_rewards
 from labkit.runtime.counts import int_at_least
 from labkit.tasks import DIFFICULTIES, FAMILIES, load_split
 from labkit.trainer import train
+from labkit.training.run_control import terminate_as_interrupt
 
 #: The keys a spec may hold.
 SPEC_KEYS = ("preset", "overrides", "seeds", "data", "eval_data", "reward_funcs", "environment",

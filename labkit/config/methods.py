@@ -11,8 +11,8 @@ from labkit import (  # noqa: F401 (imported for what they register)
     losses,
     offpolicy,
 )
-from labkit.engine import lora  # noqa: F401
 from labkit.rewards import length  # noqa: F401
+from labkit.training import lora  # noqa: F401
 from labkit.tricks import (  # noqa: F401
     filters,
     reference,

@@ -47,7 +47,6 @@ from labkit.config.checks import (
 )
 from labkit.config.knobs import Knob, build, derived, knob, lab_only, not_carried
 from labkit.config.trl_names import refuse_trl_names
-from labkit.decode import DECODE_PATHS
 from labkit.losses import IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, loss_types
 from labkit.losses.registry import LOSS_REGISTRY
 from labkit.losses.registry import listen as listen_to_loss_types
@@ -56,6 +55,7 @@ from labkit.offpolicy import CORRECTIONS as OFFPOLICY_CORRECTIONS
 from labkit.plugins.settings import between, boolean, one_of, path, text, whole
 from labkit.rewards.diversity import DIVERSITY_SIMILARITIES
 from labkit.rewards.length import LENGTH_REWARDS
+from labkit.sampling.plan import DECODE_PATHS
 from labkit.tricks.filters import GFPO_METRICS
 from labkit.tricks.mismatch import MODES as IMPORTANCE_SAMPLING_MODES
 from labkit.tricks.prompt_sampling import PROMPT_SAMPLERS
@@ -104,9 +104,9 @@ class TrainConfig(ConfigChecks):
     # ---- LoRA (peft; TRL's ModelConfig names) ---------------------------------------------------
     use_peft: bool = knob(
         False, boolean,
-        trl=derived("peft_config = labkit.engine.lora.lora_config(config), given to GRPOTrainer "
+        trl=derived("peft_config = labkit.training.lora.lora_config(config), given to GRPOTrainer "
                     "by train_with_trl (TRL's ModelConfig/get_peft_config names)"), kind="generic")
-    """train LoRA adapters (labkit.engine.lora, arXiv 2106.09685) instead of every weight; with
+    """train LoRA adapters (labkit.training.lora, arXiv 2106.09685) instead of every weight; with
     beta > 0 the reference is the same model with its adapters disabled, not a copy (TRL)"""
     lora_r: int = knob(16, whole(1), trl=derived("peft_config's r"), kind="generic")
     """LoRA rank r (TRL default 16)"""
@@ -133,7 +133,7 @@ class TrainConfig(ConfigChecks):
     prompt_sampler: str = knob(
         "uniform", one_of(PROMPT_SAMPLERS),
         trl=lab_only("TRL draws prompts uniformly (its RepeatSampler); the lab's curriculum, "
-                     "prioritized and multi-task samplers (labkit.tricks.prompt_sampling) have "
+                     "prioritized and multi-task orders (labkit.tricks.prompt_sampling) have "
                      "no GRPOConfig setting: order or weight the dataset yourself"))
     """uniform (shuffled passes), curriculum (easy to hard by the difficulty column, Kimi k1.5),
     prioritized (p ~ 1 - solve rate, Kimi k1.5) or multitask (MT-GRPO family weights)"""
@@ -196,7 +196,7 @@ class TrainConfig(ConfigChecks):
         "auto", one_of(DECODE_PATHS),
         trl=not_carried("the lab sampler's decode loop (TRL samples with transformers' generate "
                         "or vLLM)"), resumable=True, kind="generic")
-    """the sampler's decode loop (labkit.decode): "auto" = the fixed-shape loop on CUDA (KV
+    """the sampler's decode loop (labkit.sampling): "auto" = the fixed-shape loop on CUDA (KV
     cache allocated once, finished rows masked in place), the dynamic loop elsewhere (finished
     rows dropped every step: the CPU's faster loop); "fixed" or "dynamic" forces one"""
     cuda_graphs: bool = knob(
@@ -602,7 +602,7 @@ FIELDS: dict[str, Knob] = _facts
 FIELD_DOCS: dict[str, str] = {name: k.doc for name, k in FIELDS.items()}
 #: Fields that may differ between a checkpoint and the run resuming it (they do not change what
 #: the run computes); any other difference is refused
-#: (:func:`labkit.engine.checkpoint.check_same_run`).
+#: (:func:`labkit.training.checkpoint.check_same_run`).
 RESUMABLE_CHANGES = frozenset(name for name, k in FIELDS.items() if k.resumable)
 #: Fields that are no method's switch (``kind="generic"``): the model, the machine, batch sizes,
 #: the optimiser, decoding, evaluation, checkpoints.

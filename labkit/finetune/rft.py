@@ -52,10 +52,10 @@ import time
 
 import pandas as pd
 
-from labkit.engine.data import as_dataset, check_unique_ids
 from labkit.evaluate import evaluate, sample_answers
 from labkit.finetune.sft import fit, length_bucketed_batches, sft_optimizer
 from labkit.runtime.seeds import shifted_seed
+from labkit.training.data import as_dataset, check_unique_ids
 
 __all__ = ["dedup_correct", "rejection_sample", "rft", "solution_key"]
 

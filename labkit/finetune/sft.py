@@ -40,7 +40,7 @@ import random
 
 import torch
 
-from labkit.rollout import prompt_text
+from labkit.sampling import prompt_text
 
 __all__ = ["encode_sft", "fit", "length_bucketed_batches", "sft_optimizer", "sft_step",
            "warmup_cosine"]

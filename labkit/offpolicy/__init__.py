@@ -7,7 +7,7 @@ admission choices of a sampler whose groups take different times (:mod:`labkit.o
 admission`: discard stale groups or slow the sampler down), and partial rollouts continued by
 newer weights (:mod:`labkit.offpolicy.partial`). The trainer meets them through one small
 protocol, :class:`~labkit.offpolicy.producers.BatchSource`; a producer samples through the run's
-:class:`~labkit.engine.sampling.Sampling` and never reads the trainer.
+:class:`~labkit.training.batches.Sampling` and never reads the trainer.
 """
 
 from labkit.offpolicy.admission import (
@@ -15,7 +15,7 @@ from labkit.offpolicy.admission import (
     OUTCOMES,
     AdmissionClock,
     AdmissionRun,
-    AdmissionSampler,
+    AdmissionSource,
     simulate_admission,
 )
 from labkit.offpolicy.correction import (
@@ -26,19 +26,19 @@ from labkit.offpolicy.correction import (
     offpolicy_metrics,
     offpolicy_terms,
 )
-from labkit.offpolicy.partial import PartialBatch, PartialRolloutSampler
+from labkit.offpolicy.partial import PartialBatch, PartialRolloutSource
 from labkit.offpolicy.producers import BatchSource, make_producer
 from labkit.offpolicy.staleness import (
     ASYNC_MODES,
-    AheadSampler,
-    OverlappedSampler,
+    AheadSource,
+    OverlappedSource,
     StampedBatch,
     version_stamp,
 )
 
 __all__ = ["ADMISSIONS", "ASYNC_MODES", "CORRECTIONS", "OUTCOMES", "RATIO_QUANTILES",
-           "AdmissionClock", "AdmissionRun", "AdmissionSampler", "AheadSampler", "BatchSource",
+           "AdmissionClock", "AdmissionRun", "AdmissionSource", "AheadSource", "BatchSource",
            "OffPolicyTerms",
-           "OverlappedSampler", "PartialBatch", "PartialRolloutSampler", "StampedBatch",
+           "OverlappedSource", "PartialBatch", "PartialRolloutSource", "StampedBatch",
            "correct_batch", "make_producer", "offpolicy_metrics", "offpolicy_terms",
            "simulate_admission", "version_stamp"]

@@ -26,7 +26,7 @@ the synchronous trainer: B groups start, the trainer waits for all of them.
 The clock here is **simulated**: one unit of time per decoded token of a group's longest
 completion (a group decodes on its own slot, as in an engine's continuous batching), and
 ``train_time`` units per training step. Nothing sleeps; the simulation only decides *which* groups
-each step trains, and the sampling itself is real (:class:`AdmissionSampler`: each group is
+each step trains, and the sampling itself is real (:class:`AdmissionSource`: each group is
 sampled, with the trainer's current weights, at the simulated moment it starts). The same
 :class:`AdmissionClock` runs :func:`simulate_admission`, a pure function over given lengths that a
 widget can call to show which lengths survive.
@@ -244,20 +244,20 @@ def simulate_admission(lengths, groups_per_step: int, max_staleness: int,
 
 
 def _round_rows(round_, rows: slice):
-    """One group's rows of a :class:`~labkit.engine.scoring.SampledRound`."""
+    """One group's rows of a :class:`~labkit.training.scoring.SampledRound`."""
     return replace(round_, **{f.name: getattr(round_, f.name)[rows] for f in fields(round_)
                               if f.name != "episodes"})
 
 
-class AdmissionSampler:
+class AdmissionSource:
     """The trainer's producer with ``staleness_admission``: the simulated clock decides which
     groups each step trains; each group is really sampled, with the policy's weights of the
     moment it starts on the clock (its version), and the step's batch is assembled from the
-    groups the clock hands over (:meth:`labkit.engine.sampling.Sampling.assemble`). One thread,
+    groups the clock hands over (:meth:`labkit.training.batches.Sampling.assemble`). One thread,
     deterministic: a seed gives the same run, and a checkpoint stores the clock and the groups
     in flight (:meth:`state_dict`)."""
 
-    samples_in_thread = False  # the training thread samples (AheadSampler.samples_in_thread)
+    samples_in_thread = False  # the training thread samples (AheadSource.samples_in_thread)
 
     def __init__(self, sampling, max_staleness: int, admission: str, train_time: float):
         if sampling.environment_factory is not None:
@@ -267,7 +267,7 @@ class AdmissionSampler:
                 f"an episode round's tool calls and turns are recorded for the round, not per "
                 f"group, so its episode columns would be lost. Train episodes stale with "
                 f"max_staleness alone (whole batches, staleness_admission=None)")
-        self.sampling = sampling  # the run's labkit.engine.sampling.Sampling
+        self.sampling = sampling  # the run's labkit.training.batches.Sampling
         self.clock = AdmissionClock(sampling.config.prompts_per_step, max_staleness, admission,
                                     train_time)
         self.groups: dict[int, tuple] = {}  # id -> (Experience, SampledRound, seconds), untrained
@@ -298,7 +298,7 @@ class AdmissionSampler:
         """The batch of ``step``: run the clock until the trainer has prompts_per_step groups."""
         temperature = self.sampling.temperature_at(step)  # constant (_check_admission)
         result = self.clock.step(lambda n: self._start(n, temperature))
-        if result is None:  # the prompt sampler never runs dry; kept as a clear failure
+        if result is None:  # the prompt order never runs dry; kept as a clear failure
             raise RuntimeError("the admission clock ran out of groups to sample")
         batch_groups, discarded, wait = result
         for g in discarded:
@@ -343,7 +343,7 @@ class AdmissionSampler:
                 "about": {str(i): dict(a) for i, a in self.about.items()}}
 
     def load_state_dict(self, state: dict) -> None:
-        from labkit.engine.scoring import SampledRound
+        from labkit.training.scoring import SampledRound
 
         self.clock.load_state_dict(state["clock"])
         self.groups = {int(i): (experience_from_state(g["batch"]), SampledRound(**g["round"]),

@@ -10,11 +10,11 @@ on. One completion is then sampled by two policy versions, so the correction of
 says which version each token came from.
 
 Where the lab departs: a true mid-generation switch would need the decode loop to swap weights.
-Here it is **chunked generation** in the deterministic sampler (:class:`PartialRolloutSampler`,
+Here it is **chunked generation** in the deterministic sampler (:class:`PartialRolloutSource`,
 ``partial_rollouts=True``): a batch started with the weights of step ``v`` decodes the first
 ``partial_rollout_chunk`` tokens of every completion; at the next weight sync (the trainer's next
 step, version ``v + 1``) the completions that have not ended are continued with the new weights
-(:func:`labkit.rollout.continue_rollout`: a prefill over prompt and head, then decoding), and
+(:func:`labkit.sampling.continue_rollout`: a prefill over prompt and head, then decoding), and
 the batch is scored. Each completion therefore switches at most once, always at the same token:
 the batch consumed at step ``t >= k`` has its heads from version ``t - k`` and its tails from
 ``t - k + 1``. The batches of the first step have no newer weights to wait for and finish with
@@ -33,9 +33,9 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 
-from labkit.offpolicy.staleness import AheadSampler, StampedBatch, version_stamp
+from labkit.offpolicy.staleness import AheadSource, StampedBatch, version_stamp
 from labkit.plugins import config_rule
-from labkit.rollout import Rollout
+from labkit.sampling import Rollout
 
 
 @dataclass
@@ -58,7 +58,7 @@ def chunk_length(config) -> int:
     return max(1, config.max_completion_length // 2) if chunk is None else chunk
 
 
-class PartialRolloutSampler(AheadSampler):
+class PartialRolloutSource(AheadSource):
     """The deterministic sampler k batches ahead, with partial rollouts (module docstring). Its
     queue holds :class:`PartialBatch` es (started) and
     :class:`~labkit.offpolicy.staleness.StampedBatch` es (finished and scored)."""
@@ -75,7 +75,7 @@ class PartialRolloutSampler(AheadSampler):
 
     def next(self, step: int) -> StampedBatch:
         """The weight sync (every batch started by older weights goes on with this step's),
-        then :class:`AheadSampler`'s queue; returns the oldest batch, finished."""
+        then :class:`AheadSource`'s queue; returns the oldest batch, finished."""
         self.queue = type(self.queue)(
             self._finish(item, step) if isinstance(item, PartialBatch)
             and item.version < step else item for item in self.queue)
@@ -90,7 +90,7 @@ class PartialRolloutSampler(AheadSampler):
         """Decode the heads of the next batch with the current weights (those of ``step``); the
         shared sampling code refuses prompts that leave no room for all
         ``max_completion_length`` tokens, not only the head's
-        (:func:`labkit.engine.sampling.sampled_rollout`)."""
+        (:func:`labkit.training.batches.sampled_rollout`)."""
         temperature = self.sampling.temperature_at(step)
         indices, head, seconds = self.sampling.heads(self.sampling.config.prompts_per_step,
                                                      temperature, self.chunk)
@@ -160,4 +160,4 @@ def _check_partial(config):
                          f"after the chunk, and there would be none")
 
 
-__all__ = ["PartialBatch", "PartialRolloutSampler", "chunk_length"]
+__all__ = ["PartialBatch", "PartialRolloutSource", "chunk_length"]

@@ -6,13 +6,13 @@ sampled) and a trainer (the consumer) that takes batches from a bounded queue. T
 batch trained at step ``t`` is ``t - version``. ``max_staleness`` (k) bounds it; two modes
 (``async_mode``) run the same contract:
 
-* ``"deterministic"`` (:class:`AheadSampler`): the sampler runs k batches ahead, one process, one
+* ``"deterministic"`` (:class:`AheadSource`): the sampler runs k batches ahead, one process, one
   thread: at step ``t`` the trainer consumes the batch sampled by the weights of step
   ``max(0, t - k)`` (prime-rl's contract, its docs' ``async_level``: rollouts of step n come from
   policy max(0, n - k)). The first step samples k + 1 batches with the initial weights, each
   later step one. The sampling random stream is drawn in consumption order, so a seed gives the
   same run every time; k = 0 is today's synchronous trainer, number for number.
-* ``"overlapped"`` (:class:`OverlappedSampler`): a real sampling thread beside the training
+* ``"overlapped"`` (:class:`OverlappedSource`): a real sampling thread beside the training
   thread, with its own copy of the weights, refreshed from the weights the trainer publishes
   after each update. The thread starts the batch of step ``s`` only once the published version
   ``v`` satisfies ``s - v <= k`` (AReaL's admission rule with one batch per step:
@@ -27,7 +27,7 @@ Both are :class:`~labkit.offpolicy.producers.BatchSource` s: the trainer asks
 :func:`labkit.offpolicy.producers.make_producer` for the mode's producer (none when
 ``max_staleness = 0``: the synchronous step samples its batch itself), takes each step's batch
 with ``producer.next(step)`` (a :class:`StampedBatch`) and closes it at the end of training. A
-producer samples through the run's :class:`~labkit.engine.sampling.Sampling`, handed to it when
+producer samples through the run's :class:`~labkit.training.batches.Sampling`, handed to it when
 it is built; it never sees the trainer.
 """
 
@@ -55,7 +55,7 @@ class StampedBatch:
     batch: object
     """the :class:`labkit.experience.Experience` of the step"""
     row: dict
-    """its sampling metrics (:meth:`labkit.engine.sampling.Sampling.assemble`)"""
+    """its sampling metrics (:meth:`labkit.training.batches.Sampling.assemble`)"""
     version: int
     """the trainer step whose weights sampled it (0 = the initial weights)"""
     temperature: float
@@ -64,15 +64,15 @@ class StampedBatch:
     """seconds the trainer waited for it (overlapped mode)"""
 
 
-class AheadSampler:
+class AheadSource:
     """Deterministic mode: sample k batches ahead of the trainer (module docstring)."""
 
     #: Sampling runs in the training thread: a step that fails before its update rewinds the
-    #: prompt sampler and the random streams, and :meth:`restore` puts the queue back.
+    #: prompt order and the random streams, and :meth:`restore` puts the queue back.
     samples_in_thread = False
 
     def __init__(self, sampling, max_staleness: int):
-        self.sampling = sampling  # the run's labkit.engine.sampling.Sampling
+        self.sampling = sampling  # the run's labkit.training.batches.Sampling
         self.max_staleness = max_staleness
         self.queue: deque[StampedBatch] = deque()
 
@@ -140,7 +140,7 @@ def experience_from_state(state: dict):
     return Experience(**state)
 
 
-class OverlappedSampler:
+class OverlappedSource:
     """Overlapped mode: a sampling thread beside the training thread (module docstring).
 
     It stops and resumes as the deterministic mode does: a step that fails before its update
@@ -152,7 +152,7 @@ class OverlappedSampler:
     batch, and the next thread starts only once it has.
     """
 
-    #: The trainer leaves the prompt sampler and the generator alone when a step fails: the
+    #: The trainer leaves the prompt order and the generator alone when a step fails: the
     #: sampling thread draws from them (:meth:`labkit.trainer.Trainer._run_step`).
     samples_in_thread = True
     #: Seconds :meth:`close` waits for the thread to finish the batch it is sampling.
@@ -161,8 +161,8 @@ class OverlappedSampler:
     def __init__(self, sampling, max_staleness: int, step: int = 0):
         # step: the version of the policy's weights now (0: a trainer not yet stepped)
         self.max_staleness = max_staleness
-        self._sampling = sampling  # the run's labkit.engine.sampling.Sampling
-        source = sampling.sampling_model if sampling.sampling_model is not None \
+        self._sampling = sampling  # the run's labkit.training.batches.Sampling
+        source = sampling.sampling_copy if sampling.sampling_copy is not None \
             else sampling.policy
         self._published = copy.deepcopy(source).eval().requires_grad_(False)
         # the thread's own weights, copied from the published ones before each batch: the
@@ -308,12 +308,11 @@ class OverlappedSampler:
                 self._condition.notify_all()
 
     def _sample_batch(self, temperature: float):
-        """One batch by the thread's own weights; a failure puts the prompt sampler and the
+        """One batch by the thread's own weights; a failure puts the prompt order and the
         generator back where the batch began, so the next thread samples the same prompts."""
         streams = self._sampling.streams()
         try:
-            with self._sampling.decoding():  # a thread starts outside the trainer's settings
-                return self._sampling.batch(temperature, model=self._model)
+            return self._sampling.batch(temperature, model=self._model)
         except BaseException:
             self._sampling.rewind(streams)
             raise
@@ -329,5 +328,5 @@ def _check_overlapped(config):
                          "and resume_from=None")
 
 
-__all__ = ["ASYNC_MODES", "AheadSampler", "OverlappedSampler", "StampedBatch",
+__all__ = ["ASYNC_MODES", "AheadSource", "OverlappedSource", "StampedBatch",
            "experience_from_state", "experience_state", "version_stamp"]

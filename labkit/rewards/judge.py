@@ -60,7 +60,7 @@ import torch
 from labkit.models import CONTROL_TOKENS
 from labkit.rewards.registry import register_reward
 from labkit.rewards.rule_based import completion_content, completion_list
-from labkit.rollout import encode_prompts
+from labkit.sampling import encode_prompts
 from labkit.tasks import data_dir
 
 __all__ = ["JUDGE_DIR", "NO", "YES", "JudgeReward", "judge_agreement", "judge_prompt",

@@ -1,5 +1,5 @@
 """SHA-256 of a file, read in blocks: the one helper behind the data manifest
-(:mod:`labkit.commands.check`) and the checkpoint manifests (:mod:`labkit.engine.checkpoint`).
+(:mod:`labkit.commands.check`) and the checkpoint manifests (:mod:`labkit.training.checkpoint`).
 
 It imports nothing of labkit, so any module can use it without an import cycle.
 """

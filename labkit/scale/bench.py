@@ -45,7 +45,7 @@ optimizer-step callback. Timing a phase waits for the GPU at its ends, so the ph
 step a little; they say where the time goes.
 
 ``--decode`` times sampling rounds alone on each decode loop the device has
-(:func:`decode_benchmark`, :mod:`labkit.decode`): the dynamic loop, the fixed-shape loop with
+(:func:`decode_benchmark`, :mod:`labkit.sampling`): the dynamic loop, the fixed-shape loop with
 eager steps and, on CUDA, the fixed-shape loop replayed as a CUDA graph, in milliseconds per
 decode step. Random weights of a real shape are drawn on the run's device (:func:`load_bench_model`),
 so the Qwen2.5-1.5B shape starts in seconds on a GPU rather than initialising on a CPU core.
@@ -135,24 +135,22 @@ def decode_benchmark(model_name: str = "tiny", device: str = "cpu", dtype: str =
                      prompts: int = 16, generations: int = 8, max_completion_length: int = 64,
                      rounds: int = 5) -> list[dict]:
     """Time sampling rounds of ``prompts`` x ``generations`` rows on each decode loop this
-    device has (:mod:`labkit.decode`): the dynamic loop, the fixed-shape loop with eager steps,
+    device has (:mod:`labkit.sampling`): the dynamic loop, the fixed-shape loop with eager steps,
     and on CUDA the fixed-shape loop replayed as a CUDA graph. Two untimed rounds first (a
     shape is captured at its second use), then ``rounds`` timed ones from the same seed. Returns one row per
     loop: median seconds per round, decode steps (the longest completion: one forward per
     token after the prefill), milliseconds per step and completion tokens per second."""
-    from labkit.decode import capture_failure
-    from labkit.rollout import generate
+    from labkit.sampling import Decoder, generate
     from labkit.tasks import load_split
 
     config = bench_config(model_name, 1, device, dtype)
     model, tokenizer = load_bench_model(config)
     batch = load_split("train").select(range(prompts))["prompt"]
-    loops = {"dynamic": {"decode_path": "dynamic"},
-             "fixed, eager steps": {"decode_path": "fixed", "cuda_graphs": False}}
+    loops = {"dynamic": Decoder("dynamic"), "fixed, eager steps": Decoder("fixed", False)}
     if device == "cuda":
-        loops["fixed, CUDA graph"] = {"decode_path": "fixed", "cuda_graphs": True}
+        loops["fixed, CUDA graph"] = Decoder("fixed", True)
     results = []
-    for name, settings in loops.items():
+    for name, decoder in loops.items():
         seconds = []
         for round_ in range(rounds + 2):
             generator = torch.Generator(device=device).manual_seed(0)
@@ -160,14 +158,14 @@ def decode_benchmark(model_name: str = "tiny", device: str = "cpu", dtype: str =
             start = time.perf_counter()
             rollout = generate(model, tokenizer, batch, num_generations=generations,
                                max_completion_length=max_completion_length,
-                               generator=generator, **settings)
+                               generator=generator, decoder=decoder)
             _synchronize(device)
             if round_ >= 2:
                 seconds.append(time.perf_counter() - start)
         steps = int(rollout.lengths.max())
         median = statistics.median(seconds)
-        if settings.get("cuda_graphs") and capture_failure(model):
-            name += f" (not captured: {capture_failure(model)[:80]})"
+        if decoder.cuda_graphs and decoder.capture_failure(model):
+            name += f" (not captured: {decoder.capture_failure(model)[:80]})"
         results.append({"loop": name, "seconds": median, "steps": steps,
                         "ms_per_step": 1000 * median / steps,
                         "tokens_per_second": float(rollout.lengths.sum()) / median})

@@ -148,7 +148,7 @@ def bench_config(device: str, prompts: int, generations: int, completion_length:
 
 def prompt_length(tokenizer, dataset) -> int:
     """Tokens of the longest prompt of ``dataset`` as the sampler encodes it."""
-    from labkit.rollout import encode_prompts
+    from labkit.sampling import encode_prompts
 
     ids, _ = encode_prompts(tokenizer, list(dataset["prompt"]), "cpu")
     return int(ids.size(1))

@@ -1,7 +1,7 @@
 """Which prompts a step trains on: uniform passes, a difficulty curriculum, prioritized sampling
 by solve rate, and multi-task weights.
 
-Every sampler has the same four methods: ``take(count)`` returns dataset row indices,
+Every prompt order has the same four methods: ``take(count)`` returns dataset row indices,
 ``observe(indices, solve_rates)`` feeds back how often each sampled prompt's group was right (the
 trainer calls it after scoring every group, in every sampling round), ``end_batch()`` says that
 one training step's batch is complete (the trainer calls it once per batch, however many rounds
@@ -9,16 +9,16 @@ dynamic sampling took to fill it), and ``state_dict()``/``load_state_dict()`` ma
 resumable. All draws come from a seeded ``random.Random``, so a seed gives the same prompts.
 
 =========================  ================================================================
-sampler                    method (``TrainConfig.prompt_sampler``)
+prompt order               method (``TrainConfig.prompt_sampler``)
 =========================  ================================================================
-:class:`UniformSampler`    shuffled passes over the data (``"uniform"``, the default)
-:class:`CurriculumSampler` easy to hard (Kimi k1.5, arXiv 2501.12599, section 2.3.4): the
+:class:`UniformOrder`      shuffled passes over the data (``"uniform"``, the default)
+:class:`CurriculumOrder`   easy to hard (Kimi k1.5, arXiv 2501.12599, section 2.3.4): the
                            hardest difficulty allowed rises linearly over the first
                            ``curriculum_ratio`` of training (``"curriculum"``)
-:class:`PrioritizedSampler` Kimi k1.5's prioritized sampling: p_i proportional to 1 - s_i,
+:class:`PrioritizedOrder`  Kimi k1.5's prioritized sampling: p_i proportional to 1 - s_i,
                            s_i the prompt's running solve rate (``"prioritized"``): the
                            adaptive curriculum
-:class:`MultiTaskSampler`  MT-GRPO (arXiv 2602.05547, Subroutine 1): family weights
+:class:`MultiTaskOrder`    MT-GRPO (arXiv 2602.05547, Subroutine 1): family weights
                            z = softmax(xi) move toward the families whose accuracy (and its
                            improvement) is below the weighted average (``"multitask"``)
 =========================  ================================================================
@@ -41,7 +41,7 @@ import pandas as pd
 PROMPT_SAMPLERS = ("uniform", "curriculum", "prioritized", "multitask")
 
 
-class UniformSampler:
+class UniformOrder:
     """Shuffled passes over ``n`` prompts; the order depends only on ``(seed, epoch)``, so the
     position ``(epoch, offset)`` is the whole state."""
 
@@ -81,7 +81,7 @@ class UniformSampler:
         self._order = self._permutation()
 
 
-class _WeightedSampler:
+class _WeightedOrder:
     """Draws without replacement within a call, with weights from :meth:`weights`."""
 
     def __init__(self, n: int, seed: int):
@@ -115,7 +115,7 @@ class _WeightedSampler:
         self._rng.setstate((version, tuple(internal), gauss))
 
 
-class CurriculumSampler(_WeightedSampler):
+class CurriculumOrder(_WeightedOrder):
     """Easy to hard: at progress p = step / (ratio * total steps), prompts whose difficulty is at
     most ``d_min + p * (d_max - d_min)`` are drawn uniformly; after that, all of them. ``step``
     counts training steps (batches completed, :meth:`end_batch`), not sampling rounds: with
@@ -137,7 +137,7 @@ class CurriculumSampler(_WeightedSampler):
         return [1.0 if d <= top + 1e-9 else 0.0 for d in self.difficulties]
 
     def observe(self, indices, solve_rates) -> None:
-        """The fixed curriculum ignores the feedback (the prioritized sampler is the adaptive
+        """The fixed curriculum ignores the feedback (the prioritized order is the adaptive
         one)."""
 
     def end_batch(self) -> None:
@@ -151,7 +151,7 @@ class CurriculumSampler(_WeightedSampler):
         self.step = state["step"]
 
 
-class PrioritizedSampler(_WeightedSampler):
+class PrioritizedOrder(_WeightedOrder):
     r"""Kimi k1.5's prioritized sampling: :math:`p_i \propto 1 - s_i + \text{floor}` with
     :math:`s_i` an exponential moving average (weight ``ema`` on the newest) of prompt i's group
     solve rate; unseen prompts have :math:`s_i = 0`."""
@@ -197,7 +197,7 @@ def iwu_step(logits: list[float], scores: list[float], lr: float) -> list[float]
     return [x - lr * zk * (sk - mean) for x, zk, sk in zip(logits, z, scores)]
 
 
-class MultiTaskSampler(_WeightedSampler):
+class MultiTaskOrder(_WeightedOrder):
     r"""MT-GRPO's task weights: a family is drawn with probability :math:`z_k =
     \mathrm{softmax}(\xi)_k`, then a prompt uniformly within it. After each step every family
     seen gets the score :math:`s_k = I_k + \lambda J_k` (its batch accuracy :math:`J_k` and the
@@ -254,16 +254,16 @@ class MultiTaskSampler(_WeightedSampler):
         self.last_accuracy = dict(state["last_accuracy"])
 
 
-def make_sampler(kind: str, dataset, seed: int, *, total_steps: int,
+def make_prompt_order(kind: str, dataset, seed: int, *, total_steps: int,
                  curriculum_ratio: float = 0.5, prioritized_floor: float = 0.05,
                  multitask_lambda: float = 0.2, multitask_lr: float = 0.025):
-    """The sampler ``kind`` over ``dataset`` (curriculum needs a ``difficulty`` column,
+    """The prompt order ``kind`` over ``dataset`` (curriculum needs a ``difficulty`` column,
     multi-task a ``family`` column)."""
     n = len(dataset)
     if kind == "uniform":
-        return UniformSampler(n, seed)
+        return UniformOrder(n, seed)
     if kind == "prioritized":
-        return PrioritizedSampler(n, seed, prioritized_floor)
+        return PrioritizedOrder(n, seed, prioritized_floor)
     column = {"curriculum": "difficulty", "multitask": "family"}.get(kind)
     if column is None:
         raise ValueError(f"prompt_sampler must be one of {PROMPT_SAMPLERS}, got {kind!r}")
@@ -271,9 +271,9 @@ def make_sampler(kind: str, dataset, seed: int, *, total_steps: int,
         raise ValueError(f"prompt_sampler={kind!r} reads the {column!r} column, which the train "
                          f"dataset does not have")
     if kind == "curriculum":
-        return CurriculumSampler(dataset[column], seed, total_steps, curriculum_ratio)
-    return MultiTaskSampler(dataset[column], seed, multitask_lambda, multitask_lr)
+        return CurriculumOrder(dataset[column], seed, total_steps, curriculum_ratio)
+    return MultiTaskOrder(dataset[column], seed, multitask_lambda, multitask_lr)
 
 
-__all__ = ["PROMPT_SAMPLERS", "CurriculumSampler", "MultiTaskSampler", "PrioritizedSampler",
-           "UniformSampler", "iwu_step", "make_sampler"]
+__all__ = ["PROMPT_SAMPLERS", "CurriculumOrder", "MultiTaskOrder", "PrioritizedOrder",
+           "UniformOrder", "iwu_step", "make_prompt_order"]

@@ -43,12 +43,12 @@ from pathlib import Path
 from labkit.trl_bridge.tables import TRL_DEFAULTS
 from labkit.trl_bridge.trl_to_lab import from_grpo_config
 
-#: peft ``LoraConfig`` field -> the lab's LoRA setting (:mod:`labkit.engine.lora`) it becomes; TRL's
+#: peft ``LoraConfig`` field -> the lab's LoRA setting (:mod:`labkit.training.lora`) it becomes; TRL's
 #: ``get_peft_config`` builds a LoraConfig from the same settings of its ``ModelConfig``.
 PEFT_FIELDS = {"r": "lora_r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout",
                "target_modules": "lora_target_modules", "use_rslora": "use_rslora",
                "use_dora": "use_dora"}
-#: LoraConfig fields the lab's LoRA has one value of (:func:`labkit.engine.lora.lora_config`), and
+#: LoraConfig fields the lab's LoRA has one value of (:func:`labkit.training.lora.lora_config`), and
 #: those that only record where the adapter came from; every other field must keep peft's
 #: default, or the peft_config is refused naming it (the lab would train something else).
 PEFT_FIXED = {"task_type": ("CAUSAL_LM", None), "bias": ("none",), "inference_mode": (False,)}
@@ -222,7 +222,7 @@ def lora_settings(peft_config) -> dict:
             refused.append(f"{field.name}={value!r}")
     if refused:
         raise ValueError(f"peft_config sets {', '.join(refused)}, which the lab's LoRA "
-                         f"(labkit.engine.lora) does not have: it adapts the target modules of "
+                         f"(labkit.training.lora) does not have: it adapts the target modules of "
                          f"every layer with plain LoRA, rsLoRA or DoRA (bias='none', causal LM); "
                          f"drop these settings or run the script with TRL")
     out = {lab: getattr(peft_config, name) for name, lab in PEFT_FIELDS.items()}

@@ -157,9 +157,9 @@ def train_with_trl(config: TrainConfig, *, model=None, tokenizer=None, train_dat
     """
     from trl import GRPOTrainer
 
-    from labkit.engine.lora import lora_config
     from labkit.models import load_policy
     from labkit.tasks import load_split
+    from labkit.training.lora import lora_config
 
     num_processes = num_processes_from_env() if num_processes is None else num_processes
     if seed_offset():  # the same notebook under another seed (python -m labkit bands)

@@ -247,7 +247,7 @@ def fork_logits(question: str = "347+285=?", seed: int = 0, model=None, tokenize
     """A model's next-token logits at three places of one of its own worked answers.
 
     Samples ``num_samples`` answers to ``question`` at T = 1 (seeded, with
-    :func:`labkit.rollout.generate`), takes the first one that works the problem out inside
+    :func:`labkit.sampling.generate`), takes the first one that works the problem out inside
     ``<think>``, and reads the logits right after ``<think>`` (work it out or answer at once: a
     fork), after the last ``=`` of the reasoning (a computed digit) and after ``<answer>``.
     ``model``/``tokenizer`` default to the tiny Qwen on the CPU.
@@ -258,7 +258,7 @@ def fork_logits(question: str = "347+285=?", seed: int = 0, model=None, tokenize
         :func:`plot_token_temperature`.
     """
     from labkit.models import load_policy
-    from labkit.rollout import generate
+    from labkit.sampling import generate
 
     if model is None or tokenizer is None:
         model, tokenizer = load_policy("tiny", device="cpu")

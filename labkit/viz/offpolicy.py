@@ -49,7 +49,7 @@ def stale_logprobs(model, checkpoints: Mapping[int, Mapping], batch, base: int,
     ahead recomputes). Returns ``{s: (prox_logp, behav_logp, loss_mask)}``. ``model`` is left with
     the weights of the last checkpoint it loaded.
     """
-    from labkit.engine.forward import completion_logprobs
+    from labkit.training.forward import completion_logprobs
 
     missing = [base + s for s in staleness if base + s not in checkpoints]
     if missing or base not in checkpoints:

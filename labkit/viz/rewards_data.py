@@ -143,13 +143,13 @@ def difficulty_sampling_weights(difficulties=(1, 2, 3, 4), solve_rates=(0.9, 0.6
 
     One prompt per entry of ``difficulties`` with its running solve rate from ``solve_rates``;
     ``progress`` is the share of training done (0..1). ``uniform``: every prompt alike;
-    ``curriculum``: :class:`labkit.tricks.prompt_sampling.CurriculumSampler` at that progress (the
+    ``curriculum``: :class:`labkit.tricks.prompt_sampling.CurriculumOrder` at that progress (the
     hardest allowed difficulty rises over the first ``curriculum_ratio`` of training);
-    ``prioritized``: :class:`labkit.tricks.prompt_sampling.PrioritizedSampler` with those solve rates
+    ``prioritized``: :class:`labkit.tricks.prompt_sampling.PrioritizedOrder` with those solve rates
     (weight 1 - s + ``floor``). Columns: ``difficulty``, ``solve_rate`` and one per sampler
     (shares summing to 1 over the rows).
     """
-    from labkit.tricks.prompt_sampling import CurriculumSampler, PrioritizedSampler
+    from labkit.tricks.prompt_sampling import CurriculumOrder, PrioritizedOrder
 
     if len(difficulties) != len(solve_rates) or not difficulties:
         raise ValueError(f"give one solve rate per difficulty: {len(difficulties)} "
@@ -161,10 +161,10 @@ def difficulty_sampling_weights(difficulties=(1, 2, 3, 4), solve_rates=(0.9, 0.6
     if not 0 < curriculum_ratio <= 1:
         raise ValueError(f"curriculum_ratio must lie in (0, 1], got {curriculum_ratio}")
     total = 1000
-    curriculum = CurriculumSampler(difficulties, seed=0, total_steps=total,
+    curriculum = CurriculumOrder(difficulties, seed=0, total_steps=total,
                                    ratio=curriculum_ratio)
     curriculum.step = round(progress * total)
-    prioritized = PrioritizedSampler(len(difficulties), seed=0, floor=floor)
+    prioritized = PrioritizedOrder(len(difficulties), seed=0, floor=floor)
     prioritized.solve_rate = [float(s) for s in solve_rates]
 
     def shares(weights):
@@ -180,14 +180,14 @@ def difficulty_sampling_weights(difficulties=(1, 2, 3, 4), solve_rates=(0.9, 0.6
 def multitask_weight_paths(accuracies: Mapping[str, float], steps: int = 150,
                            gains: Mapping[str, float] | None = None, lam: float = 0.2,
                            lr: float = 0.025) -> pd.DataFrame:
-    """MT-GRPO's family weights step by step, from :class:`labkit.tricks.prompt_sampling.MultiTaskSampler`.
+    """MT-GRPO's family weights step by step, from :class:`labkit.tricks.prompt_sampling.MultiTaskOrder`.
 
     Each step every family reports its batch accuracy, ``accuracies[f] + gains[f] * step``
     (clipped to [0, 1]; ``gains`` default 0: a family that does not improve), and the sampler
     takes one :func:`labkit.tricks.prompt_sampling.iwu_step` with ``lam`` and ``lr``. One row per step
     (0 = before any feedback): ``step``, ``weight_<family>`` and ``accuracy_<family>``.
     """
-    from labkit.tricks.prompt_sampling import MultiTaskSampler
+    from labkit.tricks.prompt_sampling import MultiTaskOrder
 
     if not accuracies:
         raise ValueError("accuracies must name at least one family")
@@ -195,7 +195,7 @@ def multitask_weight_paths(accuracies: Mapping[str, float], steps: int = 150,
         raise ValueError(f"steps must be >= 1, got {steps}")
     gains = dict(gains or {})
     names = list(accuracies)
-    sampler = MultiTaskSampler(names, seed=0, lam=lam, lr=lr)
+    sampler = MultiTaskOrder(names, seed=0, lam=lam, lr=lr)
     rows = []
     for step in range(steps + 1):
         acc = {f: min(max(accuracies[f] + gains.get(f, 0.0) * step, 0.0), 1.0) for f in names}
@@ -216,7 +216,7 @@ def plot_sampling_weights(solve_rates=(0.9, 0.6, 0.3, 0.1), progress: float = 0.
     Panel 1: the share of draws per difficulty 1..4 of uniform sampling, the fixed curriculum at
     ``progress`` (share of training done; the ramp covers the first half) and prioritized
     sampling with ``solve_rates`` (:func:`difficulty_sampling_weights`). Panel 2: the family
-    weights of :class:`labkit.tricks.prompt_sampling.MultiTaskSampler` over ``steps`` steps when the
+    weights of :class:`labkit.tricks.prompt_sampling.MultiTaskOrder` over ``steps`` steps when the
     families' batch accuracies are ``accuracies`` (default add 0.6, sub 0.45, mul 0.1) rising
     by ``gains`` per step (:func:`multitask_weight_paths`).
 

@@ -1,4 +1,4 @@
-"""Surface 7: LoRA and checkpoints together (``labkit.engine.checkpoint``, ``labkit.engine.lora``, a
+"""Surface 7: LoRA and checkpoints together (``labkit.training.checkpoint``, ``labkit.training.lora``, a
 ``Trainer`` with ``use_peft``, ``output_dir`` and ``save_every``): resumes that switch LoRA on or
 off, a changed base model, truncated or extra files, symlinked folders, a manifest that is not
 one. Nothing read from a checkpoint may run code. Runs are one or two steps of a randomly
@@ -18,7 +18,7 @@ import torch
 
 from fuzz.harness import Case
 from fuzz.scratch import scratch
-from labkit.engine.checkpoint import CheckpointError
+from labkit.training.checkpoint import CheckpointError
 
 SURFACE = 7
 SMALL = {"prompts_per_step": 2, "num_generations": 2, "max_completion_length": 8,
@@ -198,7 +198,7 @@ def _save_twice_through_a_link():
     os.symlink(real, link, target_is_directory=True)
     trainer.save_checkpoint(link)
     trainer.save_checkpoint(link)
-    from labkit.engine.checkpoint import load_state
+    from labkit.training.checkpoint import load_state
 
     return load_state(link)["step"], link.is_symlink(), real.is_dir()
 

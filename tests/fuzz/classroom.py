@@ -166,7 +166,7 @@ def _saved_twice():
     trainer = _trained()
     folder = trainer.save_checkpoint(scratch("twice") / "checkpoint")
     trainer.save_checkpoint(folder)
-    from labkit.engine.checkpoint import load_state
+    from labkit.training.checkpoint import load_state
 
     return load_state(folder)["step"], sorted(p.name for p in folder.parent.iterdir())
 
@@ -181,7 +181,7 @@ def _empty_folder():
     folder = scratch("empty") / "checkpoint"
     folder.mkdir()
     _trained().save_checkpoint(folder)
-    from labkit.engine.checkpoint import load_state
+    from labkit.training.checkpoint import load_state
 
     return load_state(folder)["step"], sorted(p.name for p in folder.parent.iterdir())
 
@@ -238,7 +238,7 @@ def _same_data_as_rows():
 
 def _without_fingerprints():
     """A checkpoint as labkit wrote it before fingerprints: no 'fingerprints' in its state."""
-    from labkit.engine.checkpoint import STATE_FILE
+    from labkit.training.checkpoint import STATE_FILE
 
     folder = _checkpoint()
     state = torch.load(folder / STATE_FILE, weights_only=True)

@@ -38,7 +38,7 @@ def check_model(data_dir: Path | None = None):
     """Load the shipped tiny Qwen and answer one medium-cell question greedily; returns the row
     and ``(model, tokenizer)`` (None when loading failed)."""
     from labkit.models import load_policy
-    from labkit.rollout import generate
+    from labkit.sampling import generate
     from labkit.tasks import medium_cells
 
     data_dir = Path(data_dir or tasks.data_dir())

@@ -25,7 +25,7 @@ symbol   meaning                                     tiny Qwen    Qwen2.5-0.5B
 =======  ==========================================  ===========  ============
 
 Run sizes (from the TrainConfig): ``G`` = ``num_generations``, ``p`` = ``prompts_per_step`` (all
-sampled in one batch by :func:`labkit.rollout.generate`), ``P`` = prompt length (the argument
+sampled in one batch by :func:`labkit.sampling.generate`), ``P`` = prompt length (the argument
 ``prompt_length``), ``C`` = ``max_completion_length``, ``T = P + C``, ``b`` = completions per
 micro-batch (``micro_batch_size``, else the whole mini-batch), ``c`` = rows of one chunk of the
 chunked log-probs (``2**24 // V``, at most ``b (C + 1)``).
@@ -52,7 +52,7 @@ logits                       ``2 b (C+1) V s`` (logits and their gradient) +    
 KV cache (sampling)          ``G p T L h_kv hd 2 s'`` (keys and values; ``s'`` the      sampling;
                              sampler's dtype, ``sampling_dtype`` or the training one);  all with
                              with a CUDA graph T rounded up to 64 and the cache kept    a graph or
-                             allocated between rounds (:mod:`labkit.decode`)            overlapped
+                             allocated between rounds (:mod:`labkit.sampling`)            overlapped
 sampling logits              ``5 G p V 4`` (float32 logits, scaled, log-softmax,         sampling;
                              its exp and the entropy product, one decoding step)        all when
                                                                                         overlapped

@@ -119,14 +119,14 @@ def _step_temporaries_row(shape: _Shape, t: _Trainable, adamw: bool, device: str
 def _activations_row(shape: _Shape, t: _Trainable, run: _RunSizes, cfg) -> dict:
     """What the training forward of one micro-batch keeps for backward (package docstring's
     ``a_L``): shared prompts, gradient checkpointing or plain rows, plus LoRA's dropout."""
-    from labkit.engine.forward import shares_prompts
+    from labkit.training.forward import shares_prompts
 
     L, d, s = shape.L, shape.d, t.s
     P, C, T, b = run.P, run.C, run.T, run.b
     a_layer = shape.activation_bytes_per_token(s)
     per_layer = b * T * a_layer
     # Distinct prompts in a micro-batch: the whole batch holds p, a split of it at most min(p, b).
-    # A trainer that shares prompts runs each once and its completions on top (labkit.engine.forward)
+    # A trainer that shares prompts runs each once and its completions on top (labkit.training.forward)
     u = min(run.p, b)
     tokens = b * T  # tokens through the training forward
     if shares_prompts(cfg) and u < b:
@@ -169,7 +169,7 @@ def _logits_row(shape: _Shape, t: _Trainable, run: _RunSizes) -> dict:
 
 
 def _keeps_graph_cache(cfg, t: _Trainable, device: str) -> bool:
-    """Whether the run samples with a captured CUDA graph (:func:`labkit.decode.plan_decoding`:
+    """Whether the run samples with a captured CUDA graph (:func:`labkit.sampling.plan_decoding`:
     CUDA, the fixed loop, ``cuda_graphs``, no LoRA adapters), whose static KV cache stays
     allocated between calls, through the training forward and the optimizer step."""
     return (device == "cuda" and cfg.decode_path != "dynamic" and cfg.cuda_graphs
@@ -178,7 +178,7 @@ def _keeps_graph_cache(cfg, t: _Trainable, device: str) -> bool:
 
 def _overlapped(cfg) -> bool:
     """Whether a sampling thread samples while the trainer trains (``async_mode="overlapped"``,
-    :class:`labkit.offpolicy.staleness.OverlappedSampler`)."""
+    :class:`labkit.offpolicy.staleness.OverlappedSource`)."""
     return cfg.async_mode == "overlapped"
 
 
@@ -193,12 +193,12 @@ def _sampling_rows(shape: _Shape, t: _Trainable, run: _RunSizes, cfg, graph: boo
     step's float32 logits.
 
     With a CUDA graph (``graph``) the cache is the captured step's static one: its length is
-    rounded up to a multiple of :data:`labkit.decode.GRAPH_LENGTH_BUCKET` and it is live in
+    rounded up to a multiple of :data:`labkit.sampling.GRAPH_LENGTH_BUCKET` and it is live in
     every phase (a graph replays at fixed addresses, so the cache is kept for the next round).
     Measured on one H100 (Qwen3-0.6B shape, 16 x 8 x 128 tokens, ``docs/measurements``): without
     this the plan fell 7.5% short of the measured peak. In overlapped mode the sampling thread
     samples while the trainer trains and steps, so both rows are live in every phase."""
-    from labkit.decode import GRAPH_LENGTH_BUCKET, graph_cache_length
+    from labkit.sampling import GRAPH_LENGTH_BUCKET, graph_cache_length
 
     in_flight = run.G * run.p
     s = _sampler_bytes(cfg, t)
@@ -247,12 +247,12 @@ def _other_captured_shapes(cfg, run: _RunSizes) -> tuple[list[tuple[str, int]],
 
 def _graph_caches_row(shape: _Shape, t: _Trainable, run: _RunSizes, cfg) -> dict | None:
     """The static KV caches that captured shapes other than the training batch keep between
-    calls (:func:`_other_captured_shapes`), at most :data:`labkit.decode.GRAPHS_PER_MODEL` per
+    calls (:func:`_other_captured_shapes`), at most :data:`labkit.sampling.GRAPHS_PER_MODEL` per
     model, the largest counted (the least recently used are dropped, so which stay depends on
     the order; the plan takes the worst). One model samples everything unless a
     ``sampling_dtype`` or overlapped copy samples the training batches; then the policy keeps
     its own. None when nothing else is captured."""
-    from labkit.decode import GRAPHS_PER_MODEL, graph_cache_length
+    from labkit.sampling import GRAPHS_PER_MODEL, graph_cache_length
 
     refills, policy = _other_captured_shapes(cfg, run)
     if cfg.sampling_dtype or _overlapped(cfg):
@@ -276,7 +276,7 @@ def _graph_caches_row(shape: _Shape, t: _Trainable, run: _RunSizes, cfg) -> dict
 
 def _sampler_copy_rows(t: _Trainable, cfg) -> list[dict]:
     """The copies of the weights that sample: the ``sampling_dtype`` copy of the policy (synced
-    every step, :func:`labkit.engine.sampling.synced_sampling_model`) and, in overlapped mode,
+    every step, :func:`labkit.training.batches.synced_sampling_copy`) and, in overlapped mode,
     the sampling thread's two (the weights the trainer publishes and the thread's own), copies
     of the sampler's weights."""
     rows = []

@@ -1,8 +1,12 @@
-"""The trainer's machinery: what no notebook needs to read to follow the algorithm.
+"""The parts of a training run that :class:`labkit.trainer.Trainer` composes: what no notebook needs
+to read to follow the algorithm.
 
 ========================  ==========================================================================
 module                    what
 ========================  ==========================================================================
+``batches.py``            a step's batch: the run's :class:`Sampling` (policy, prompt order,
+                          random stream, rewards, decoder) samples and scores it; the async
+                          producers are handed the same object
 ``forward.py``            the training forward: log-probs and entropies of completions, each
                           distinct prompt run once and its KV cache shared, length-packed micro-batches
 ``scoring.py``            rewards of a sampled round, the sampling metrics, context checks

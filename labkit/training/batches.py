@@ -1,7 +1,7 @@
 """A step's batch: prompts in, a scored batch out (the trainer's steps 1-2).
 
 :func:`sample_round` samples and scores one round of prompts; :class:`Sampling` is one run's
-sampling (its policy, prompt sampler, random stream, rewards and data, nothing else of the run):
+sampling (its policy, prompt order, random stream, rewards and data, nothing else of the run):
 :meth:`Sampling.batch` repeats :func:`sample_round` while DAPO's dynamic sampling still needs
 groups, and :meth:`Sampling.assemble` makes the step's batch and its metrics. The synchronous
 trainer calls :meth:`Sampling.batch` itself (:meth:`labkit.trainer.Trainer.sample_and_score`);
@@ -21,17 +21,10 @@ from dataclasses import dataclass
 import torch
 
 from labkit.agents.episodes import environments, run_episodes
-from labkit.decode import decode_settings
-from labkit.engine.scoring import (
-    SampledRound,
-    completion_embeddings,
-    demonstration_texts,
-    sampling_metrics,
-    score_completions,
-)
 from labkit.experience import Experience
-from labkit.rollout import (
+from labkit.sampling import (
     ContextLengthError,
+    Decoder,
     Rollout,
     check_context,
     continue_rollout,
@@ -39,6 +32,13 @@ from labkit.rollout import (
     generate,
     generate_from_ids,
     with_demonstrations,
+)
+from labkit.training.scoring import (
+    SampledRound,
+    completion_embeddings,
+    demonstration_texts,
+    sampling_metrics,
+    score_completions,
 )
 from labkit.tricks.filters import dynamic_sampling_mask
 from labkit.tricks.temperature import temperature_at
@@ -66,41 +66,43 @@ class SamplingInputs:
     """this step's (``temperature_schedule``)"""
     device: torch.device
     """the policy's"""
+    decoder: Decoder
+    """the run's decode loop and the captured steps it keeps (:mod:`labkit.sampling`)"""
 
 
-def synced_sampling_model(policy: torch.nn.Module, sampling_model: torch.nn.Module | None):
-    """The model that samples: ``policy``, or (``sampling_dtype``) ``sampling_model``, its copy
+def synced_sampling_copy(policy: torch.nn.Module, sampling_copy: torch.nn.Module | None):
+    """The model that samples: ``policy``, or (``sampling_dtype``) ``sampling_copy``, its copy
     in another dtype, with this step's weights copied in (cast)."""
-    if sampling_model is None:
+    if sampling_copy is None:
         return policy
     with torch.no_grad():
-        for copy_, weight in zip(sampling_model.parameters(), policy.parameters(), strict=True):
+        for copy_, weight in zip(sampling_copy.parameters(), policy.parameters(), strict=True):
             copy_.copy_(weight)
-    return sampling_model
+    return sampling_copy
 
 
 def score(inputs: SamplingInputs, rows: dict, rollout):
-    """:func:`labkit.engine.scoring.score_completions` with the run's reward functions:
+    """:func:`labkit.training.scoring.score_completions` with the run's reward functions:
     ``(per-function rewards (N, K), totals (N,), strict accuracy (N,))``."""
     return score_completions(inputs.config, inputs.reward_funcs, rows, rollout,
                              embed=lambda r: completion_embeddings(
                                  inputs.policy, r, inputs.config.diversity_adjustment))
 
 
-def sample_round(inputs: SamplingInputs, indices: list[int], sampling_model, sampler,
+def sample_round(inputs: SamplingInputs, indices: list[int], sampling_copy, prompt_order,
                  generator: torch.Generator) -> tuple[Experience, SampledRound, float]:
     """Sample G completions of each prompt ``indices`` of the train split with
-    ``sampling_model`` (drawing from ``generator``), score them, and feed the solve rates back
-    to the prompt ``sampler``. Returns the batch, what the round produced (for the metrics) and
+    ``sampling_copy`` (drawing from ``generator``), score them, and feed the solve rates back
+    to the ``prompt_order``. Returns the batch, what the round produced (for the metrics) and
     the seconds spent generating."""
-    rollout, seconds = sampled_rollout(inputs, indices, sampling_model, generator)
-    return scored_round(inputs, indices, rollout, sampler, seconds)
+    rollout, seconds = sampled_rollout(inputs, indices, sampling_copy, generator)
+    return scored_round(inputs, indices, rollout, prompt_order, seconds)
 
 
-def sampled_rollout(inputs: SamplingInputs, indices: list[int], sampling_model,
+def sampled_rollout(inputs: SamplingInputs, indices: list[int], sampling_copy,
                     generator: torch.Generator, head: int | None = None) -> tuple[Rollout, float]:
     """The first half of :func:`sample_round`: G completions of each prompt ``indices`` by
-    ``sampling_model`` and the seconds spent generating; a prompt too long for the context is
+    ``sampling_copy`` and the seconds spent generating; a prompt too long for the context is
     refused naming its dataset row. ``head``: only the first ``head`` tokens of each completion,
     the head of a partial rollout (:mod:`labkit.offpolicy.partial`), whose prompts must still
     leave room for all ``max_completion_length`` tokens."""
@@ -109,7 +111,7 @@ def sampled_rollout(inputs: SamplingInputs, indices: list[int], sampling_model,
     rows = inputs.train_dataset[indices]
     tic = time.perf_counter()
     try:
-        rollout = rollout_of(inputs, sampling_model, rows, num_generations,
+        rollout = rollout_of(inputs, sampling_copy, rows, num_generations,
                              temperature=inputs.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
                              generator=generator, head=head)
     except ContextLengthError as error:  # name the dataset's row (episodes repeat each prompt)
@@ -118,10 +120,10 @@ def sampled_rollout(inputs: SamplingInputs, indices: list[int], sampling_model,
     return rollout, time.perf_counter() - tic
 
 
-def scored_round(inputs: SamplingInputs, indices: list[int], rollout, sampler,
+def scored_round(inputs: SamplingInputs, indices: list[int], rollout, prompt_order,
                  generation_time: float) -> tuple[Experience, SampledRound, float]:
     """The second half of :func:`sample_round`: score the sampled ``rollout`` of the prompts
-    ``indices`` and feed the solve rates back to the prompt ``sampler``. Partial rollouts
+    ``indices`` and feed the solve rates back to the ``prompt_order``. Partial rollouts
     (:mod:`labkit.offpolicy.partial`) sample in two pieces and score here once."""
     cfg, num_generations = inputs.config, inputs.config.num_generations
     episodes = inputs.environment_factory is not None
@@ -138,7 +140,7 @@ def scored_round(inputs: SamplingInputs, indices: list[int], rollout, sampler,
         is_demo[num_generations - 1::num_generations] = True
     batch.demonstrations = is_demo
     batch.reward_components, batch.rewards, correct = score(inputs, rows, rollout)
-    sampler.observe(indices, correct.view(-1, num_generations).nanmean(-1).tolist())
+    prompt_order.observe(indices, correct.view(-1, num_generations).nanmean(-1).tolist())
     families = rows.get("family", [None] * len(indices))
     produced = SampledRound(batch.reward_components, batch.rewards, correct, batch.lengths,
                             batch.truncated, [f for f in families for _ in range(num_generations)],
@@ -151,7 +153,8 @@ def rollout_of(inputs: SamplingInputs, model, rows: dict, num_generations: int,
     """``num_generations`` completions by ``model`` of each prompt of ``rows`` (dataset
     columns): multi-turn episodes when the run has an environment (a fresh one per episode,
     reset on its row: :mod:`labkit.agents.episodes`), else single-turn completions.
-    ``sampling``: the sampler's keywords (temperature, top_p, top_k, greedy, generator).
+    ``sampling``: the sampling keywords (temperature, top_p, top_k, greedy, generator); every
+    call decodes with the run's decoder.
     ``head`` (single-turn only): stop after ``head`` tokens, with the context checked for the
     whole ``max_completion_length`` (:func:`sampled_rollout`)."""
     cfg = inputs.config
@@ -160,16 +163,18 @@ def rollout_of(inputs: SamplingInputs, model, rows: dict, num_generations: int,
         check_context(model, prompt_mask, cfg.max_completion_length)
         return generate_from_ids(model, inputs.tokenizer, prompt_ids, prompt_mask,
                                  num_generations=num_generations, max_completion_length=head,
-                                 check_context_length=False, **sampling)
+                                 check_context_length=False, decoder=inputs.decoder,
+                                 **sampling)
     if inputs.environment_factory is not None:
         return run_episodes(model, inputs.tokenizer, rows["prompt"],
                             environments(inputs.environment_factory, rows, num_generations),
                             num_generations=num_generations,
                             max_completion_length=cfg.max_completion_length,
                             max_tool_calling_iterations=cfg.max_tool_calling_iterations,
-                            **sampling)
+                            decoder=inputs.decoder, **sampling)
     return generate(model, inputs.tokenizer, rows["prompt"], num_generations=num_generations,
-                    max_completion_length=cfg.max_completion_length, **sampling)
+                    max_completion_length=cfg.max_completion_length, decoder=inputs.decoder,
+                    **sampling)
 
 
 def greedy_rewards(inputs: SamplingInputs, batch: Experience) -> torch.Tensor:
@@ -193,7 +198,7 @@ class Sampling:
     when it is built, in place of the trainer, and samples through these methods at the moments
     its schedule chooses; the calls only go down, never back into the trainer. The fields are
     references, shared with the trainer: the policy the optimizer updates in place, the prompt
-    sampler and the generator a checkpoint restores in place. So there is one prompt order and
+    order and the generator a checkpoint restores in place. So there is one prompt order and
     one random stream per run, drawn in the order batches are sampled, whoever samples them.
     """
 
@@ -201,7 +206,7 @@ class Sampling:
     """the run's :class:`~labkit.config.TrainConfig`"""
     policy: torch.nn.Module
     """the policy being trained"""
-    sampling_model: torch.nn.Module | None
+    sampling_copy: torch.nn.Module | None
     """its copy in ``sampling_dtype`` (synced before each sampling), or None"""
     tokenizer: object
     reward_funcs: list
@@ -211,11 +216,13 @@ class Sampling:
     train_dataset: object
     environment_factory: Callable | None
     device: torch.device
-    prompts: object
-    """the prompt sampler (:mod:`labkit.tricks.prompt_sampling`): ``take``, ``observe``,
+    prompt_order: object
+    """the prompt order (:mod:`labkit.tricks.prompt_sampling`): ``take``, ``observe``,
     ``end_batch``, ``state_dict``"""
     generator: torch.Generator
     """the sampling random stream"""
+    decoder: Decoder
+    """the decode loop every sampling call runs, and the captured steps it keeps"""
 
     def temperature_at(self, step: int) -> float:
         """The sampling temperature of ``step`` (``temperature_schedule``)."""
@@ -225,19 +232,15 @@ class Sampling:
 
     def inputs(self, temperature: float, policy: torch.nn.Module | None = None) -> SamplingInputs:
         """What a round reads, at ``temperature``; ``policy``: another copy of the weights (the
-        overlapped sampler's thread) in place of the trained one."""
+        overlapped producer's thread) in place of the trained one."""
         return SamplingInputs(self.config, self.policy if policy is None else policy,
                               self.tokenizer, self.reward_funcs, self.train_dataset,
-                              self.environment_factory, temperature, self.device)
+                              self.environment_factory, temperature, self.device,
+                              self.decoder)
 
     def synced_model(self) -> torch.nn.Module:
-        """The model that samples now (:func:`synced_sampling_model`)."""
-        return synced_sampling_model(self.policy, self.sampling_model)
-
-    def decoding(self):
-        """The run's decode settings (``decode_path``, ``cuda_graphs``) around a sampling call
-        (:func:`labkit.decode.decode_settings`)."""
-        return decode_settings(self.config.decode_path, self.config.cuda_graphs)
+        """The model that samples now (:func:`synced_sampling_copy`)."""
+        return synced_sampling_copy(self.policy, self.sampling_copy)
 
     def batch(self, temperature: float, model: torch.nn.Module | None = None
               ) -> tuple[Experience, dict]:
@@ -250,10 +253,10 @@ class Sampling:
         kept, produced = [], []
         needed, rounds, dropped, generation_time = cfg.prompts_per_step, 0, 0, 0.0
         inputs = self.inputs(temperature, model)
-        sampling_model = self.synced_model() if model is None else model
+        sampling_copy = self.synced_model() if model is None else model
         while True:
-            batch, round_, seconds = sample_round(inputs, self.prompts.take(needed),
-                                                  sampling_model, self.prompts, self.generator)
+            batch, round_, seconds = sample_round(inputs, self.prompt_order.take(needed),
+                                                  sampling_copy, self.prompt_order, self.generator)
             produced.append(round_)
             generation_time += seconds
             if not cfg.dynamic_sampling:
@@ -272,15 +275,15 @@ class Sampling:
                ) -> tuple[list[int], Experience, SampledRound, float]:
         """``n`` new prompts' groups, sampled now by the current weights and scored: their
         prompt indices, the batch, the round and its seconds (the admission clock's groups)."""
-        indices = self.prompts.take(n)
+        indices = self.prompt_order.take(n)
         batch, round_, seconds = sample_round(self.inputs(temperature), indices,
-                                              self.synced_model(), self.prompts, self.generator)
+                                              self.synced_model(), self.prompt_order, self.generator)
         return indices, batch, round_, seconds
 
     def heads(self, n: int, temperature: float, length: int) -> tuple[list[int], Rollout, float]:
         """``n`` new prompts and the first ``length`` tokens of their G completions by the
         current weights, not scored (a partial rollout's head: :func:`sampled_rollout`)."""
-        indices = self.prompts.take(n)
+        indices = self.prompt_order.take(n)
         head, seconds = sampled_rollout(self.inputs(temperature), indices, self.synced_model(),
                                         self.generator, head=length)
         return indices, head, seconds
@@ -288,26 +291,26 @@ class Sampling:
     def finish(self, indices: list[int], head: Rollout, temperature: float, seconds: float
                ) -> tuple[Experience, SampledRound, float]:
         """Continue ``head``'s unfinished completions with the current weights
-        (:func:`labkit.rollout.continue_rollout`) and score them (:func:`scored_round`);
+        (:func:`labkit.sampling.continue_rollout`) and score them (:func:`scored_round`);
         ``seconds``: the head's decoding time, to which the tail's is added."""
         cfg = self.config
         tic = time.perf_counter()
         rollout = continue_rollout(self.synced_model(), self.tokenizer, head,
                                    max_completion_length=cfg.max_completion_length,
                                    temperature=temperature, top_p=cfg.top_p, top_k=cfg.top_k,
-                                   generator=self.generator)
+                                   generator=self.generator, decoder=self.decoder)
         seconds += time.perf_counter() - tic
-        return scored_round(self.inputs(temperature), indices, rollout, self.prompts, seconds)
+        return scored_round(self.inputs(temperature), indices, rollout, self.prompt_order, seconds)
 
     def assemble(self, kept: list[Experience], produced: list[SampledRound], temperature: float,
                  generation_time: float, dropped: int = 0, rounds: int = 0
                  ) -> tuple[Experience, dict]:
         """The step's batch from sampled parts (``kept``: the groups it trains; ``produced``: the
         rounds its sampling columns describe) and its sampling metrics at ``temperature``;
-        :meth:`batch` and the asynchronous producers all end here, and the prompt sampler hears
+        :meth:`batch` and the asynchronous producers all end here, and the prompt order hears
         that one more training step's batch is complete (the curriculum's schedule)."""
         cfg, num_generations = self.config, self.config.num_generations
-        self.prompts.end_batch()  # one training step's batch, whatever its sampling rounds
+        self.prompt_order.end_batch()  # one training step's batch, whatever its sampling rounds
         batch = Experience.cat(kept).select(slice(0, cfg.prompts_per_step * num_generations))
         if cfg.mask_truncated_completions:
             batch.loss_mask = batch.loss_mask * ~batch.truncated[:, None]
@@ -324,9 +327,9 @@ class Sampling:
         return batch, row
 
     def streams(self) -> tuple:
-        """The random stream's and the prompt sampler's states (:meth:`rewind` puts them back)."""
-        return self.generator.get_state(), self.prompts.state_dict()
+        """The random stream's and the prompt order's states (:meth:`rewind` puts them back)."""
+        return self.generator.get_state(), self.prompt_order.state_dict()
 
     def rewind(self, streams: tuple) -> None:
         self.generator.set_state(streams[0])
-        self.prompts.load_state_dict(streams[1])
+        self.prompt_order.load_state_dict(streams[1])

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import torch
 
-from labkit.engine.lora import adapters_disabled
 from labkit.logprobs import logprobs_and_entropy, token_logprobs
 from labkit.models import attention_kernels
 from labkit.runtime.compat import cache_kwargs
+from labkit.training.lora import adapters_disabled
 from labkit.tricks.mismatch import mismatch_metrics, mismatch_weights
 
 #: What one extra forward + backward costs, in padded tokens' worth of compute: on a CPU the tiny

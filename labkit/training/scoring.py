@@ -13,7 +13,7 @@ The trainer's step 2 (:meth:`labkit.trainer.Trainer.sample_and_score`) in plain 
 * :func:`demonstration_texts`: RL-PLUS's external demonstration of each prompt.
 
 A prompt that leaves no room for its completion is refused before sampling, by the sampler
-(:func:`labkit.rollout.check_context`).
+(:func:`labkit.sampling.check_context`).
 """
 
 from __future__ import annotations

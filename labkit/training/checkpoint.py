@@ -9,7 +9,7 @@ A checkpoint folder holds
 ``ref_model.pt``            the frozen reference (state dict), when there is a separate one: it is
                             the *initial* policy (or the last reset), which the saved policy is not
 ``trainer_state.pt``        optimizer, scheduler, RNG states (python, torch CPU, CUDA, the
-                            sampling generator), the prompt sampler's position, the step counter,
+                            sampling generator), the prompt order's position, the step counter,
                             the non-finite streak, the batches sampled ahead of the trainer and
                             the admission clock (:mod:`labkit.offpolicy`) and the configuration
 ``history.parquet``         the metrics rows so far (parquet keeps floats bit for bit)
@@ -389,7 +389,7 @@ def check_same_run(saved: dict, config, directory) -> None:
         details = ", ".join(f"{n}: {saved.get(n)!r} -> {current.get(n)!r}" for n in changed[:6])
         raise ValueError(f"checkpoint {directory} was saved by a run with another configuration "
                          f"({details}); resuming would silently mix two runs. Resume with the "
-                         f"saved configuration (labkit.engine.checkpoint.load_state(path)['config']) or "
+                         f"saved configuration (labkit.training.checkpoint.load_state(path)['config']) or "
                          f"start a new run")
 
 
@@ -407,7 +407,7 @@ def run_fingerprints(train_dataset, reward_names, reward_weights, environment_fa
     """What a run trains on, in a form a checkpoint can store and compare:
 
     * ``data``: the training set's row count and the SHA-256 of its rows' ``id`` (where the
-      column exists) and ``prompt``, in order (the prompt sampler's position is an index into
+      column exists) and ``prompt``, in order (the prompt order's position is an index into
       this order);
     * ``rewards``: the reward functions' names (as the history's ``reward_<name>`` columns) and
       weights (all 1.0 when ``reward_weights`` is None);
@@ -510,11 +510,11 @@ def save_trainer(trainer, directory) -> Path:
     """Save everything a :class:`labkit.trainer.Trainer` needs to resume, atomically. It takes the
     whole trainer on purpose: a checkpoint is the trainer's whole state (models, optimizer,
     counters, histories), and every piece of it read here is one a resume must restore."""
-    from labkit.engine.run_control import capture_rng
+    from labkit.training.run_control import capture_rng
 
     state = {"step": trainer.step, "optimizer": trainer.optimizer.state_dict(),
              "scheduler": trainer.scheduler.state_dict(), "rng": capture_rng(trainer.generator),
-             "sampler": trainer.sampler.state_dict(),
+             "prompt_order": trainer.prompt_order.state_dict(),
              "nonfinite_streak": trainer.nonfinite_streak,
              "gfpo_mean_rewards": (list(trainer.adaptive_gfpo.mean_rewards)
                                    if trainer.adaptive_gfpo else []),
@@ -539,7 +539,7 @@ def restore_trainer(trainer, directory, allow_changes=()) -> None:
     configuration in any field outside :data:`labkit.config.RESUMABLE_CHANGES`, or other inputs
     (:func:`run_fingerprints`) than the ones ``allow_changes`` names. Like :func:`save_trainer`
     it takes the whole trainer: it writes back every piece of state that one saved."""
-    from labkit.engine.run_control import restore_rng
+    from labkit.training.run_control import restore_rng
 
     allow = allowed_changes(allow_changes)
     saved = load_state(directory)
@@ -552,7 +552,9 @@ def restore_trainer(trainer, directory, allow_changes=()) -> None:
     trainer.optimizer.load_state_dict(state["optimizer"])
     trainer.scheduler.load_state_dict(state["scheduler"])
     restore_rng(state["rng"], trainer.generator)
-    trainer.sampler.load_state_dict(state["sampler"])
+    # "sampler": the key's name in checkpoints written before the prompt order was renamed
+    trainer.prompt_order.load_state_dict(state["prompt_order" if "prompt_order" in state
+                                               else "sampler"])
     trainer.step = state["step"]
     trainer.nonfinite_streak = state["nonfinite_streak"]
     if trainer.adaptive_gfpo is not None:

@@ -9,18 +9,18 @@ import math
 
 import torch
 
-from labkit.engine.data import as_dataset, check_prompt_dataset, check_unique_ids
-from labkit.engine.lora import wrap_with_lora
 from labkit.models import load_policy
 from labkit.rewards import accuracy_reward, format_reward, reward_function_names
 from labkit.runtime.compat import enable_activation_checkpointing
 from labkit.tasks import load_split
+from labkit.training.data import as_dataset, check_prompt_dataset, check_unique_ids
+from labkit.training.lora import wrap_with_lora
 
 
 def prepare_policy(config, model=None, tokenizer=None):
     """``(model, tokenizer)``: the given pair, or ``load_policy(config.model_name_or_path)``;
     activation checkpointing switched on when the config asks; with ``use_peft``, fresh LoRA
-    adapters from torch's global generator (:func:`labkit.engine.lora.wrap_with_lora`), only
+    adapters from torch's global generator (:func:`labkit.training.lora.wrap_with_lora`), only
     they train. The model comes back in eval mode, as the trainer keeps it outside its update:
     peft's wrapper and a model built in code are in train mode, and a resumed run's first score
     forwards would otherwise run LoRA's dropout, which the uninterrupted run's do not."""

@@ -134,10 +134,10 @@ def restore_rng(state: dict, generator: torch.Generator) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def step_rewind(generator: torch.Generator, sampler, producer=None) -> Callable[[], None]:
+def step_rewind(generator: torch.Generator, prompt_order, producer=None) -> Callable[[], None]:
     """What a step that fails before its update gives back, captured at its start; returns the
     function that gives it back. The random states (:func:`capture_rng`) and the prompt
-    ``sampler``'s position, unless the ``producer`` samples in a thread of its own, which draws
+    ``prompt_order``'s position, unless the ``producer`` samples in a thread of its own, which draws
     from them (``producer.samples_in_thread``: rewinding them under it would make it draw the
     same prompts twice); and the producer's batch (``producer.snapshot()`` /
     ``producer.restore()``), so the retry trains it. ``producer=None``: the synchronous step,
@@ -145,13 +145,13 @@ def step_rewind(generator: torch.Generator, sampler, producer=None) -> Callable[
     # a producer says so when it samples in a thread of its own; one that does not (a
     # hand-written loop, notebook 11) samples in the training thread
     in_thread = getattr(producer, "samples_in_thread", False)
-    streams = None if in_thread else (capture_rng(generator), sampler.state_dict())
+    streams = None if in_thread else (capture_rng(generator), prompt_order.state_dict())
     queue = producer.snapshot() if producer is not None else None
 
     def rewind() -> None:
         if streams is not None:
             restore_rng(streams[0], generator)
-            sampler.load_state_dict(streams[1])
+            prompt_order.load_state_dict(streams[1])
         if producer is not None:
             producer.restore(queue)
     return rewind

@@ -12,7 +12,7 @@ evaluation, which groups samples by ``id``, no id shared by two rows (:func:`che
 Chat-control tokens in content. A tokenizer turns the text ``<|im_start|>`` inside a message into
 the real control token, so dataset text could open a new turn of the conversation ("template
 injection"). The lab's task suite never contains such text (tested); for other data,
-:func:`labkit.rollout.prompt_text` refuses a message whose content holds one of the tokenizer's
+:func:`labkit.sampling.prompt_text` refuses a message whose content holds one of the tokenizer's
 special tokens, naming it, rather than silently handing the model a forged turn.
 """
 

@@ -103,6 +103,12 @@ METRICS = {
     "learning_rate": "learning rate of the step's first optimizer step",
     "step_time": "seconds for the whole step (evaluation excluded)",
     "generation_time": "seconds spent sampling completions",
+    "sample_time": "seconds of steps 1-2: sampling and scoring the batch (generation_time "
+                   "included), or waiting for the async producer (labkit.training.clock)",
+    "score_time": "seconds of step 3: the no-grad forwards (old policy, reference, critic)",
+    "advantage_time": "seconds of step 4: the off-policy correction and the advantages",
+    "update_time": "seconds of step 5: training forwards and backwards, optimizer steps",
+    "eval_time": "seconds of the evaluation (every eval_every; not in step_time)",
     "tokens_per_second": "completion tokens sampled per second of step time",
     "peak_memory_mb": "peak CUDA memory allocated in the step, else peak process RSS (MiB)",
     "eval_accuracy": "pass@1 on the eval split at the sampling temperature (every eval_every)",
@@ -115,8 +121,8 @@ METRICS = {
 }
 
 #: Columns that measure the machine, not the algorithm (they differ between identical runs).
-TIMING_COLUMNS = ("step_time", "generation_time", "tokens_per_second", "peak_memory_mb",
-                  "queue_wait")
+TIMING_COLUMNS = ("step_time", "generation_time", "sample_time", "score_time", "advantage_time",
+                  "update_time", "eval_time", "tokens_per_second", "peak_memory_mb", "queue_wait")
 
 #: Columns every step has, NaN when nothing trained (so tables line up across steps).
 ALWAYS_LOGGED = ("loss", "clip_low", "clip_high", "clip_region", "kl_old", "entropy")

@@ -91,6 +91,7 @@ from labkit.runtime.seeds import seed_offset, shifted_seed
 from labkit.sampling import Decoder
 from labkit.training.batches import Sampling, SamplingInputs, greedy_rewards
 from labkit.training.checkpoint import restore_trainer, save_trainer
+from labkit.training.clock import PhaseClock
 from labkit.training.forward import (
     completion_logprobs_and_entropy,
     completion_values,
@@ -327,7 +328,7 @@ class Trainer:
         Every generate of the step (sampling, ReMax's greedy baseline, episodes) decodes with the
         run's :class:`~labkit.sampling.Decoder` (``decode_path``, ``cuda_graphs``)."""
         cfg = self.config
-        start = time.perf_counter()
+        start, clock = time.perf_counter(), PhaseClock(self.device)
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         self.temperature = self.sampling.temperature_at(self.step)
@@ -338,16 +339,21 @@ class Trainer:
             stamped = self.producer.next(self.step)
             batch, row, self.temperature = stamped.batch, stamped.row, stamped.temperature
             staleness = self.step - stamped.version
+        clock.mark("sample")
         row.update(self.score_forwards(batch))               # 3
+        clock.mark("score")
         row.update(correct_batch(batch, cfg, staleness))
         row.update(self.compute_advantages(batch))           # 4
+        clock.mark("advantage")
         learning_rate = self.optimizer.param_groups[0]["lr"]
         with self.guard:                                     # 5, never half applied
             self._update_started = True
             row.update(self.update(batch))
             self.optimizer_steps, moves = move_reference(
                 cfg, self.step, self.optimizer_steps, self.model, self.ref_model, self.optimizer)
+            clock.mark("update")
             row.update(moves)
+            row.update(clock.seconds())
             self.step += 1
             elapsed = time.perf_counter() - start
             row.update(step=self.step, learning_rate=learning_rate, step_time=elapsed,
@@ -550,6 +556,7 @@ class Trainer:
         cfg = self.config
         if self.eval_dataset is None:
             raise ValueError("no eval dataset: pass eval_dataset or set eval_every > 0")
+        start = time.perf_counter()
         table, samples = evaluate(
             self.model, self.tokenizer, self.eval_dataset, k=cfg.eval_k,
             temperature=cfg.eval_temperature or cfg.temperature,
@@ -557,7 +564,7 @@ class Trainer:
             return_samples=True, environment_factory=self.environment_factory,
             max_tool_calling_iterations=cfg.max_tool_calling_iterations,
             decoder=self.decoder)  # the run's decode loop and captured steps, as the steps'
-        return eval_metrics(table, samples)
+        return {**eval_metrics(table, samples), "eval_time": time.perf_counter() - start}
 
     def save_checkpoint(self, directory=None) -> Path:
         """Save everything needed to resume, atomically; default ``output_dir/checkpoint-<step>``."""

@@ -21,6 +21,7 @@ after a change, on the same machine::
 import hashlib
 import json
 import sys
+from pathlib import Path
 
 import torch
 
@@ -81,7 +82,7 @@ def fingerprint(name: str) -> dict:
     try:
         trainer = Trainer(preset(method, **SMALL, **overrides))
         trainer.train()
-    except Exception as error:  # a configuration that no longer runs is a difference too
+    except Exception as error:  # noqa: BLE001 (a configuration that no longer runs is a difference too)
         return {"error": f"{type(error).__name__}: {error}"[:300]}
     weights = [hashlib.sha256(p.detach().float().contiguous().numpy().tobytes()).hexdigest()
                for p in trainer.model.parameters()]
@@ -103,7 +104,7 @@ def compare(before: dict, after: dict) -> list[str]:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--compare"]:
-        before, after = (json.loads(open(path).read()) for path in argv[1:3])
+        before, after = (json.loads(Path(path).read_text()) for path in argv[1:3])
         differences = compare(before, after)
         print("\n".join(differences) or f"all {len(before)} configurations are bit for bit the "
                                           f"same")

@@ -14,6 +14,7 @@ import torch
 from labkit.advantages import ESTIMATOR_REGISTRY
 from labkit.config import TrainConfig, preset
 from labkit.losses import LOSS_REGISTRY, policy_loss
+from labkit.metrics import TIMING_COLUMNS
 from labkit.offpolicy import correct_batch, offpolicy_metrics, offpolicy_terms
 from labkit.trainer import Trainer
 from labkit.tricks.mismatch import mismatch_weights
@@ -58,7 +59,7 @@ def test_max_staleness_zero_is_todays_trainer_bit_for_bit(base):
 
         snapshot = restore = close = (lambda self, *a: None)
 
-    timing = ["step_time", "tokens_per_second", "generation_time", "peak_memory_mb"]
+    timing = [c for c in TIMING_COLUMNS if c not in ("queue_wait", "eval_time")]
     histories = []
     for producer in (None, lambda s: AheadSource(s, 0), SampleThenTrain):
         trainer = make_trainer(base, max_steps=3)

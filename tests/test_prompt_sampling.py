@@ -78,7 +78,7 @@ def test_multitask_weights_move_toward_the_worst_family():
     assert other.family_weights() == pytest.approx(weights)
 
 
-def test_make_sampler_needs_its_column():
+def test_make_prompt_order_needs_its_column():
     data = load_split("train").select(range(20)).remove_columns(["difficulty"])
     with pytest.raises(ValueError, match="difficulty"):
         make_prompt_order("curriculum", data, 0, total_steps=10)

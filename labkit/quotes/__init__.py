@@ -51,11 +51,19 @@ seeds``); a quote of a run's outcome needs both edges in its sentence (:func:`un
 and :func:`render_bands` every band edge from the bands, so both are generated text; a result
 quote is only checked, because a new value may need new words around it.
 
-**Retyped numbers.** :func:`untagged_numbers` lists, in every sentence (a table row counts as one)
-that holds a tagged quote, the numbers that are not tagged and not one of the settings a sentence
-may name freely: integers below 100 (steps, sections, G = 8, a seed), numbers in code, math,
-identifiers (pass@8, k3) or links, powers of ten written 1e-4, and integers of any size that count
-steps, prompts, samples, seeds or parameters. ``tests/test_quotes.py`` runs every check.
+**Outputs and files.** ``1.837<!--=out:ed743ab8-->`` quotes a number that the stored outputs of
+a code cell of the same notebook show (the cell's ``id``; ``out:03/ed743ab8`` names the notebook
+from a page, as the instructor notes do), ``20.79<!--=file:docs/measurements/gpu_h100.txt-->`` one
+that a committed file holds (a path from the repository root). Such a quote holds when a number of
+its source, scaled by the tag's last word, rounds to it at the digits it shows; a hand reading of a
+printed output or a log is sourced without re-executing anything, and a re-execution or a new log
+that changes the number fails :func:`stale_quotes`, naming the place, the number and the source.
+
+**Retyped numbers.** :func:`labkit.quotes.prose.untagged_numbers` lists every number of the prose
+a learner reads that is neither tagged nor in a class that needs no source (settings and counts,
+code and math, citation furniture, versions, commit hashes, model sizes, a code cell's literals,
+generated text): :mod:`labkit.quotes.prose` defines each class and why it needs none. ``tests/test_quotes.py``
+runs every check.
 """
 
 from __future__ import annotations
@@ -68,16 +76,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from labkit.quotes.paths import NOTEBOOKS_DIR, PAGES, RESULTS_DIR, ROOT, TIMES_JSON
+from labkit.quotes.sources import found_in
 from labkit.runtime.bands import band_entry, load_bands
 from labkit.runtime.platform_record import describe, platform_differences, platform_record
 
-ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS_DIR = ROOT / "notebooks"
-RESULTS_DIR = NOTEBOOKS_DIR / "results"
-TIMES_JSON = ROOT / "docs" / "teaching" / "section_times.json"
-#: The pages outside the notebooks whose quotes are checked.
-PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
-         *sorted((ROOT / "docs" / "teaching").glob("*.md")))
 MODE_VARIABLE = "LABKIT_RESULTS"
 DIR_VARIABLE = "LABKIT_RESULTS_DIR"
 MODES = ("", "check", "write")
@@ -281,7 +284,7 @@ _NUMBER = r"[+\-−]?\d+(?:,\d{3})*(?:\.\d+)?"
 #: A number, an optional unit (% or one word), then the tag.
 _TAG = re.compile(rf"(?P<number>{_NUMBER})(?P<unit>%|\s?[A-Za-z]+)?\s?"
                   r"<!--=(?P<source>times:(?:\d\d(?:/(?:\d+|setup))?(?:/cpu)?\+?)+|reading:\d\d|"
-                  r"\d\d):?"
+                  r"out:(?:\d\d/)?[\w-]+|file:[\w./-]+|\d\d):?"
                   r"(?P<key>[A-Za-z0-9_.@-]*)(?:\s+(?P<edge>low|high))?"
                   r"(?:\s+(?P<scale>%|min))?\s*-->")
 _ANY_TAG = re.compile(r"<!--=.*?-->", re.DOTALL)
@@ -471,6 +474,11 @@ def stale_quotes(docs=None) -> list[str]:
     results, times, bands = all_results(), _times(), all_bands()
     problems = []
     for quote in find_quotes(docs):
+        if quote.source.startswith(("out:", "file:")):  # the number must show in its source
+            why = found_in(quote, quote.where)
+            if why is not None:
+                problems.append(f"{quote.where}: {quote.text!r}: {why}")
+            continue
         value = source_value(quote, results, times, bands)
         if isinstance(value, str):
             problems.append(f"{quote.where}: {quote.text!r}: {value}")
@@ -484,10 +492,6 @@ def stale_quotes(docs=None) -> list[str]:
 
 _HIDDEN = re.compile(r"```.*?```|`[^`\n]*`|\$\$.*?\$\$|\$[^$\n]*\$|\]\([^)]*\)|<!--(?!=).*?-->"
                      r"|https?://\S+|arXiv \d{4}\.\d{4,5}", re.DOTALL)
-_FREE_NOUNS = ("step", "prompt", "sample", "seed", "completion", "generation", "parameter",
-               "mini-batch", "update", "pass", "epoch", "cell", "notebook", "section")
-_BARE = re.compile(rf"(?<![\w@.\-–])(?P<number>{_NUMBER}(?:e-?\d+)?)(?P<unit>%)?"
-                   r"(?P<after>\s?[\w-]*)")
 
 
 def _sentences(text: str) -> list[str]:
@@ -499,28 +503,6 @@ def _sentences(text: str) -> list[str]:
         else:
             units += re.split(r"(?<=[.!?;])\s+(?=[A-Z*(])|\n[*-] ", line)
     return units
-
-
-def untagged_numbers(docs=None) -> list[str]:
-    """Numbers that sit untagged in a sentence with a tagged quote (see the module docstring)."""
-    problems = []
-    for where, text in documents() if docs is None else docs:
-        for sentence in _sentences(text):
-            if "<!--=" not in sentence:
-                continue
-            bare = _TAG.sub(" ", sentence)
-            for match in _BARE.finditer(bare):
-                number = match["number"]
-                if re.search(r"\de-?\d", number):
-                    continue  # 1e-4: a setting
-                digits = number.lstrip("+-−").replace(",", "")
-                after = match["after"].lstrip("-–").strip().lower()
-                if "." not in digits and not match["unit"] and (
-                        int(digits) < 100 or after.startswith(_FREE_NOUNS)):
-                    continue
-                problems.append(f"{where}: {number!r} is not tagged, in a sentence with a "
-                                f"tagged quote: {sentence.strip()[:160]!r}")
-    return problems
 
 
 # --- timings are generated ----------------------------------------------------------------------

@@ -89,7 +89,7 @@ from labkit.rewards import accuracy_reward
 from labkit.rewards.environment import check_environment_rewards
 from labkit.runtime.seeds import seed_offset, shifted_seed
 from labkit.sampling import Decoder
-from labkit.training.batches import Sampling, SamplingInputs, greedy_rewards
+from labkit.training.batches import Sampling, greedy_rewards
 from labkit.training.checkpoint import restore_trainer, save_trainer
 from labkit.training.clock import PhaseClock
 from labkit.training.forward import (
@@ -372,10 +372,6 @@ class Trainer:
         DAPO's dynamic sampling's rounds). Returns the batch and the sampling metrics."""
         return self.sampling.batch(self.temperature)
 
-    def sampling_inputs(self) -> SamplingInputs:
-        """What sampling and scoring read from this run, at this step's temperature."""
-        return self.sampling.inputs(self.temperature)
-
     # ---- 3. score forwards -----------------------------------------------------------------------
     def score_forwards(self, batch: Experience) -> dict:
         """No-grad forwards the update needs, and only those (behaviour policy, reference,
@@ -426,7 +422,7 @@ class Trainer:
             rewards=rewards, num_generations=num_generations, lengths=batch.lengths, mask=mask,
             config=cfg, reward_components=batch.reward_components, values=batch.values,
             token_kl=kl if estimator.per_token else None,
-            greedy_rewards=lambda: greedy_rewards(self.sampling_inputs(), batch),
+            greedy_rewards=lambda: greedy_rewards(self.sampling.inputs(self.temperature), batch),
             action_mask=batch.action_mask, turn_rewards=batch.turn_rewards))
         if estimator.per_token:
             batch.token_advantages, batch.returns = result.advantages, result.returns

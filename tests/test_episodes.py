@@ -224,7 +224,7 @@ def test_remax_scores_its_greedy_baseline_with_the_environments_reward(tool_mode
     data = guessing_dataset(4, seed=0)
     trainer = _trainer(tool_model, config, data, GuessingEnv, [turn_reward])
     batch, _ = trainer.sample_and_score()
-    baseline = greedy_rewards(trainer.sampling_inputs(), batch)
+    baseline = greedy_rewards(trainer.sampling.inputs(trainer.temperature), batch)
     assert torch.isfinite(baseline).all() and baseline.shape == (2,)
     # the same prompts played greedily by hand, scored by the environments they leave
     rows = data[batch.prompt_index[::2].tolist()]

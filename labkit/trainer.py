@@ -3,7 +3,7 @@
 One step (:meth:`Trainer.training_step`) is the papers' algorithm box, and the method reads the
 same way:
 
-1. **sample** ``prompts_per_step`` prompts (the prompt order's order over the train split) and
+1. **sample** ``prompts_per_step`` prompts (in the run's prompt order over the train split) and
    ``num_generations`` completions of each with the KV-cached sampler (:mod:`labkit.sampling`);
 2. **score** them with the weighted reward functions (default accuracy + format; TRL's
    signature), plus DAPO's soft overlong penalty and the chosen length reward
@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -328,7 +327,7 @@ class Trainer:
         Every generate of the step (sampling, ReMax's greedy baseline, episodes) decodes with the
         run's :class:`~labkit.sampling.Decoder` (``decode_path``, ``cuda_graphs``)."""
         cfg = self.config
-        start, clock = time.perf_counter(), PhaseClock(self.device)
+        clock = PhaseClock(self.device)  # where the step's seconds go (labkit.training.clock)
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         self.temperature = self.sampling.temperature_at(self.step)
@@ -352,10 +351,10 @@ class Trainer:
             self.optimizer_steps, moves = move_reference(
                 cfg, self.step, self.optimizer_steps, self.model, self.ref_model, self.optimizer)
             clock.mark("update")
-            row.update(moves)
-            row.update(clock.seconds())
+            phases = clock.seconds()
+            row.update(moves, **phases)
             self.step += 1
-            elapsed = time.perf_counter() - start
+            elapsed = sum(phases.values())
             row.update(step=self.step, learning_rate=learning_rate, step_time=elapsed,
                        tokens_per_second=row.pop("sampled_tokens") / elapsed,
                        peak_memory_mb=peak_memory_mb(self.device))
@@ -552,7 +551,7 @@ class Trainer:
         cfg = self.config
         if self.eval_dataset is None:
             raise ValueError("no eval dataset: pass eval_dataset or set eval_every > 0")
-        start = time.perf_counter()
+        clock = PhaseClock(self.device)
         table, samples = evaluate(
             self.model, self.tokenizer, self.eval_dataset, k=cfg.eval_k,
             temperature=cfg.eval_temperature or cfg.temperature,
@@ -560,7 +559,8 @@ class Trainer:
             return_samples=True, environment_factory=self.environment_factory,
             max_tool_calling_iterations=cfg.max_tool_calling_iterations,
             decoder=self.decoder)  # the run's decode loop and captured steps, as the steps'
-        return {**eval_metrics(table, samples), "eval_time": time.perf_counter() - start}
+        clock.mark("eval")
+        return {**eval_metrics(table, samples), **clock.seconds()}  # with eval_time
 
     def save_checkpoint(self, directory=None) -> Path:
         """Save everything needed to resume, atomically; default ``output_dir/checkpoint-<step>``."""

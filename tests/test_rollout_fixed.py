@@ -140,24 +140,15 @@ def test_finishing_checks_every_k_tokens_change_nothing(shipped_tiny, prompts, m
     the last row ends are padding and change no output."""
     model, tokenizer = shipped_tiny
     monkeypatch.setattr(fixed_loop, "draws_live_rows_only", lambda device: False)
+    stack, calls = torch.stack, []  # the loop reads its counts through one stack: count them
+    monkeypatch.setattr(torch, "stack", lambda *a, **k: calls.append(1) or stack(*a, **k))
     results, reads = [], []
-    real = fixed_loop.decode_fixed
-
-    def counted(*args, **kwargs):  # how many host reads of the finished rows the loop made
-        stack = torch.stack
-        calls = []
-        monkeypatch.setattr(torch, "stack", lambda *a, **k: calls.append(1) or stack(*a, **k))
-        try:
-            return real(*args, **kwargs)
-        finally:
-            monkeypatch.setattr(torch, "stack", stack)
-            reads.append(len(calls))
-
-    monkeypatch.setattr("labkit.sampling.generation.decode_fixed", counted)
     for check_every in (1, 5, 64):
         monkeypatch.setattr(fixed_loop, "CHECK_EVERY", check_every)
+        calls.clear()
         results.append(generate(model, tokenizer, prompts, num_generations=2, greedy=True,
                                 max_completion_length=48, decoder=Decoder("fixed")))
+        reads.append(len(calls))
     assert reads[0] > reads[1] > reads[2] >= 1  # the setting took effect
     for other in results[1:]:
         assert_same_rollout(results[0], other)

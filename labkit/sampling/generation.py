@@ -103,8 +103,8 @@ def generate_from_ids(model, tokenizer, prompt_ids: torch.Tensor, prompt_mask: t
                 model, cache, logits, prompt_mask, positions[:, -1] + 1, **sampling)
     if was_training:
         model.train()
-    return assemble_rollout(tokenizer, prompt_ids, prompt_mask, tokens, logps, entropies, finished_at,
-                    max_completion_length)
+    return assemble_rollout(tokenizer, prompt_ids, prompt_mask, tokens, logps, entropies,
+                            finished_at, max_completion_length)
 
 
 @torch.inference_mode()
@@ -144,8 +144,8 @@ def continue_rollout(model, tokenizer, head: Rollout, *, max_completion_length: 
         logps[rows, width:width + grown] = tail.logprobs
         entropies[rows, width:width + grown] = tail.entropies
         finished_at[rows] = torch.where(tail.truncated, -1, width + tail.lengths - 1)
-    return assemble_rollout(tokenizer, head.prompt_ids, head.prompt_mask, tokens, logps, entropies,
-                    finished_at, max_completion_length)
+    return assemble_rollout(tokenizer, head.prompt_ids, head.prompt_mask, tokens, logps,
+                            entropies, finished_at, max_completion_length)
 
 
 __all__ = ["continue_rollout", "generate", "generate_from_ids"]

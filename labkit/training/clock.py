@@ -19,6 +19,8 @@ column              phase
 ``advantage_time``  4: the off-policy correction and the advantages
 ``update_time``     5: the training forwards and backwards and the optimizer steps
 ==================  ===================================================================
+
+``step_time`` is their sum; an evaluation is timed by a clock of its own (``eval_time``).
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@
 #   2. the CUDA tests (the fixed-shape loop and its graph against eager steps and the dynamic
 #      loop, no cuDNN attention, LoRA not captured; the trainer and log-probs on CUDA);
 #   3. notebook 02's live run (GRPO, 30 steps, medium cells, eval 40 x 8) on the GPU, with the
-#      notebook's asserted learning (eval pass@1 up by more than 15 points);
+#      notebook's asserted learning (eval pass@1 up by more than 15 points), split by phase, once
+#      with the loss path eager and once compiled (compile_loss; its compile time is inside);
 #   4. the labkit-vs-TRL bench with its phases at the Qwen2.5-0.5B and Qwen2.5-1.5B shapes.
 #
 # The figures to beat, measured on one H100 80GB HBM3 (torch 2.11.0+cu130, transformers 5.17.0,
@@ -81,8 +82,8 @@ run 100 cuda_tests.txt python3 -m pytest -q -o addopts="" -p no:cacheprovider -r
     -k "gpu or cuda" tests/test_rollout_fixed.py tests/test_trainer.py tests/test_logprobs.py \
     tests/test_clock.py
 
-echo "== 3. notebook 02's live run on the GPU"
-run 100 nb02_gpu.txt python3 - <<'PY'
+echo "== 3. notebook 02's live run on the GPU, the loss path eager then compiled (compile_loss)"
+run 240 nb02_gpu.txt python3 - <<'PY'
 import time
 
 from labkit.config import preset
@@ -90,21 +91,24 @@ from labkit.tasks import medium_cells
 from labkit.trainer import train
 
 train_cells, eval_cells = medium_cells("train"), medium_cells("eval")
-start = time.perf_counter()
-result = train(preset("grpo", max_steps=30, eval_every=30, eval_k=8, seed=0, progress=False),
-               train_dataset=train_cells, eval_dataset=eval_cells)
-history, evals = result.history, result.eval_history
-wall = time.perf_counter() - start
-# where the seconds go (labkit.training.clock: CUDA events, read once per step)
-spent = {column: float(history[column].sum()) for column in
-         ("generation_time", "sample_time", "score_time", "advantage_time", "update_time",
-          "step_time")}
-spent["eval_time"] = float(evals["eval_time"].sum())
-spent["outside steps and evals (loading, setup)"] = wall - spent["step_time"] - spent["eval_time"]
-print("wall_s", round(wall, 1), "|", " | ".join(f"{k} {v:.1f}" for k, v in spent.items()))
-before, after = result.eval_history["eval_accuracy"].iloc[[0, -1]]
-print(f"eval pass@1 {before:.1%} -> {after:.1%}; notebook 02 asserts a gain above 15 points:",
-      "holds" if after > before + 0.15 else "FAILS")
+for compile_loss in (False, True):
+    start = time.perf_counter()
+    result = train(preset("grpo", max_steps=30, eval_every=30, eval_k=8, seed=0, progress=False,
+                          compile_loss=compile_loss),
+                   train_dataset=train_cells, eval_dataset=eval_cells)
+    history, evals = result.history, result.eval_history
+    wall = time.perf_counter() - start
+    # where the seconds go (labkit.training.clock: CUDA events, read once per step)
+    spent = {column: float(history[column].sum()) for column in
+             ("generation_time", "sample_time", "score_time", "advantage_time", "update_time",
+              "step_time")}
+    spent["eval_time"] = float(evals["eval_time"].sum())
+    spent["outside steps and evals (loading, setup)"] = wall - spent["step_time"] - spent["eval_time"]
+    print(f"compile_loss={compile_loss}: wall_s", round(wall, 1), "|",
+          " | ".join(f"{k} {v:.1f}" for k, v in spent.items()))
+    before, after = evals["eval_accuracy"].iloc[[0, -1]]
+    print(f"eval pass@1 {before:.1%} -> {after:.1%}; notebook 02 asserts a gain above 15 points:",
+          "holds" if after > before + 0.15 else "FAILS")
 PY
 
 echo "== 4. bench with phases, Qwen2.5-0.5B shape"

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["logprobs_and_entropy", "token_entropy", "token_logprobs"]
+__all__ = ["check_logprob_inputs", "logprobs_and_entropy", "token_entropy", "token_logprobs",
+           "whole_logprobs_and_entropy"]
 
 # Float elements per chunk: 2**24 float32 values = 64 MiB (about 110 rows of a 150k vocabulary).
 _CHUNK_ELEMENTS = 2**24
@@ -121,6 +122,50 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
         return grad_logits, None, None, None, None
 
 
+def check_logprob_inputs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float,
+                         check_tokens: bool = True) -> None:
+    """The checks of :func:`logprobs_and_entropy` (its ``Raises``), shared with the trainer's
+    compiled path (:mod:`labkit.training.compiled`), which runs them before its compiled call."""
+    if logits.dim() != 3:
+        raise ValueError(f"logits must have shape (B, T, V), got {tuple(logits.shape)}")
+    if tokens.shape != logits.shape[:2]:
+        raise ValueError(
+            f"tokens must have shape (B, T) = {tuple(logits.shape[:2])} to match logits, "
+            f"got {tuple(tokens.shape)}"
+        )
+    if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
+        raise ValueError(f"tokens must be an integer tensor, got {tokens.dtype}")
+    if not (temperature > 0 and temperature < float("inf")):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature}")
+    vocab = logits.shape[-1]
+    if check_tokens and tokens.numel() > 0:
+        lo, hi = torch.aminmax(tokens)
+        lo, hi = int(lo), int(hi)
+        if lo < 0 or hi >= vocab:
+            raise ValueError(
+                f"tokens must lie in [0, V) = [0, {vocab}); got values in [{lo}, {hi}]. "
+                "Replace padding ids such as -100 by the pad token id and mask those positions."
+            )
+
+
+def whole_logprobs_and_entropy(
+    logits: torch.Tensor, tokens: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`logprobs_and_entropy`'s values as one expression over the whole vocabulary, for
+    ``torch.compile`` (:mod:`labkit.training.compiled`), on checked inputs.
+
+    Run eagerly, this would hold the float32 (B, T, V) copy the chunked function avoids.
+    Compiled, Inductor fuses it into per-row reductions, and its backward keeps what the chunked
+    one keeps: the logits and a few (B, T) statistics (``tests/test_compile.py`` checks what
+    autograd saves). Values differ from the chunked function's by float rounding only.
+    """
+    z = logits.to(_compute_dtype(logits)) / temperature
+    lse = torch.logsumexp(z, dim=-1)
+    logp = z.gather(-1, tokens[..., None]).squeeze(-1) - lse
+    entropy = lse - (torch.softmax(z, dim=-1) * z).sum(-1)
+    return logp, entropy
+
+
 def logprobs_and_entropy(
     logits: torch.Tensor,
     tokens: torch.Tensor,
@@ -167,30 +212,11 @@ def logprobs_and_entropy(
     Raises ``ValueError`` for wrong ranks/shapes, non-integer or out-of-range tokens, a
     non-positive temperature or chunk size.
     """
-    if logits.dim() != 3:
-        raise ValueError(f"logits must have shape (B, T, V), got {tuple(logits.shape)}")
-    if tokens.shape != logits.shape[:2]:
-        raise ValueError(
-            f"tokens must have shape (B, T) = {tuple(logits.shape[:2])} to match logits, "
-            f"got {tuple(tokens.shape)}"
-        )
-    if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
-        raise ValueError(f"tokens must be an integer tensor, got {tokens.dtype}")
-    if not (temperature > 0 and temperature < float("inf")):
-        raise ValueError(f"temperature must be a finite number > 0, got {temperature}")
-    vocab = logits.shape[-1]
+    check_logprob_inputs(logits, tokens, temperature, check_tokens)
     if chunk_size is None:
-        chunk_size = max(1, _CHUNK_ELEMENTS // max(vocab, 1))
+        chunk_size = max(1, _CHUNK_ELEMENTS // max(logits.shape[-1], 1))
     if int(chunk_size) < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
-    if check_tokens and tokens.numel() > 0:
-        lo, hi = torch.aminmax(tokens)
-        lo, hi = int(lo), int(hi)
-        if lo < 0 or hi >= vocab:
-            raise ValueError(
-                f"tokens must lie in [0, V) = [0, {vocab}); got values in [{lo}, {hi}]. "
-                "Replace padding ids such as -100 by the pad token id and mask those positions."
-            )
     logp, entropy = _ChunkedLogprobEntropy.apply(
         logits, tokens.long(), float(temperature), int(chunk_size), bool(with_entropy)
     )

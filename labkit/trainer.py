@@ -26,7 +26,7 @@ same way:
    each accumulated over micro-batches. The loss is :func:`labkit.losses.policy_loss` of the
    registered ``loss_type`` (plus ``vf_coef`` times :func:`labkit.losses.value_loss` for PPO)
    with its normalisers counted over the whole mini-batch, so micro-batching does not change the
-   gradient.
+   gradient; ``compile_loss`` compiles it and the log-probs (:mod:`labkit.training.compiled`).
 
 :mod:`labkit.grpo_minimal` and :mod:`labkit.ppo_minimal` are GRPO and PPO on one screen with none
 of the machinery below; ``tests/test_grpo_minimal.py`` and ``tests/test_ppo_minimal.py`` check
@@ -77,7 +77,6 @@ from labkit.losses import (
     LossType,
     get_loss_type,
     kl_estimate,
-    policy_loss,
     policy_loss_settings,
     value_loss,
 )
@@ -91,6 +90,7 @@ from labkit.sampling import Decoder
 from labkit.training.batches import Sampling, greedy_rewards
 from labkit.training.checkpoint import restore_trainer, save_trainer
 from labkit.training.clock import PhaseClock
+from labkit.training.compiled import LossPath
 from labkit.training.forward import (
     completion_logprobs_and_entropy,
     completion_values,
@@ -185,14 +185,13 @@ class Trainer:
         self.decoder = Decoder(cfg.decode_path, cfg.cuda_graphs)
         self.decode_plan = self.decoder.plan(
             self.model if self.sampling_copy is None else self.sampling_copy)
+        self.loss_path = LossPath(cfg.compile_loss)  # eager, or compiled (labkit.training.compiled)
         self.value_model = ValueModel(self.model) if self.estimator.critic else None
         self.optimizer, self.scheduler = make_optimizer(cfg, self.model, self.value_model)
-        self.prompt_order = make_prompt_order(cfg.prompt_sampler, self.train_dataset, cfg.seed,
-                                    total_steps=cfg.max_steps,
-                                    curriculum_ratio=cfg.curriculum_ratio,
-                                    prioritized_floor=cfg.prioritized_floor,
-                                    multitask_lambda=cfg.multitask_lambda,
-                                    multitask_lr=cfg.multitask_lr)
+        self.prompt_order = make_prompt_order(
+            cfg.prompt_sampler, self.train_dataset, cfg.seed, total_steps=cfg.max_steps,
+            curriculum_ratio=cfg.curriculum_ratio, prioritized_floor=cfg.prioritized_floor,
+            multitask_lambda=cfg.multitask_lambda, multitask_lr=cfg.multitask_lr)
         # PTX: warm-start examples whose NLL joins the loss; replace .ptx to bring your own data
         self.ptx = PTXData(cfg.ptx_batch_size, seed=cfg.seed) if cfg.ptx_coef > 0 else None
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
@@ -482,8 +481,8 @@ class Trainer:
         tokens = mini.loss_mask.sum().clamp(min=1)
         for micro_rows in self.micro_batches(mini, has_gradient.nonzero().squeeze(-1)):
             mb = mini.select(micro_rows).trimmed()
-            logp, entropy = completion_logprobs_and_entropy(self.model, mb, self.temperature,
-                                                            shares_prompts(cfg))
+            logp, entropy = completion_logprobs_and_entropy(
+                self.model, mb, self.temperature, shares_prompts(cfg), self.loss_path.logprobs)
             if not finite_where(mb.loss_mask, logp, mb.old_logp, mb.ref_logp):
                 return False
             if mb.action_mask is not None:  # episodes: what the policy thinks of the tool's text
@@ -498,7 +497,7 @@ class Trainer:
             if filtered is not None:
                 stats.add("tokens_masked", filtered[mb.loss_mask.bool()].float().mean(),
                           mb.loss_mask.sum())
-            loss, metrics = policy_loss(
+            loss, metrics = self.loss_path.policy_loss(
                 logp, mb.old_logp, mb.advantages, mb.loss_mask, ref_logp=mb.ref_logp,
                 **policy_loss_settings(cfg), **self.loss.inputs_from(mb),
                 num_items_in_batch=num_items, num_sequences_in_batch=len(mini),

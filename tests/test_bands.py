@@ -137,6 +137,19 @@ def test_a_changed_committed_value_drops_its_measurements(tmp_path):
     assert isinstance(bands.band_entry(built, "k", 2.0), str)
 
 
+def test_seed_runs_read_each_seed_path_beside_the_recorded_value():
+    data = {"paths": {"default": {"variables": {"ATEN_CPU_CAPABILITY": "default"}},
+                      "seed2000": {"variables": {"LABKIT_SEED_OFFSET": "2000"}},
+                      "seed1000": {"variables": {"LABKIT_SEED_OFFSET": "1000"}}},
+            "bands": {"a": {"value": 0.5, "measured": {"default": 0.5, "seed1000": 0.4,
+                                                       "seed2000": 0.7}},
+                      "b": {"value": 1.0, "measured": {"seed2000": 2.0}}}}
+    runs = bands.seed_runs(data, ["a", "b"])
+    assert list(runs) == ["recorded", "seed1000", "seed2000"]  # kernel paths are no seeds
+    assert runs["recorded"] == {"a": 0.5, "b": 1.0}
+    assert runs["seed1000"] == {"a": 0.4} and runs["seed2000"] == {"a": 0.7, "b": 2.0}
+
+
 def test_a_bands_file_the_lab_did_not_write_is_refused(tmp_path):
     (tmp_path / "02_grpo.json").write_text('{"mine": true}')
     with pytest.raises(ValueError, match="not written by labkit.bands"):
@@ -185,8 +198,8 @@ def test_elsewhere_a_value_is_checked_within_its_band(checking, environment):
     _committed(checking, {"live.pass1_after": 0.565625}, environment=environment)
     _band_file(checking / "bands", "live.pass1_after", "run", 0.565625, 0.45, 0.68)
     record = quotes.recorder("02_grpo")
-    assert record("live.pass1_after", 0.584375) == 0.584375
-    assert record("live.pass1_after", 0.565625) == 0.565625   # the lab's digits, repeated
+    record("live.pass1_after", 0.584375)   # within the band: passes
+    record("live.pass1_after", 0.565625)   # the lab's digits, repeated
     with pytest.raises(quotes.StaleResult) as caught:
         record("live.pass1_after", 0.3)
     message = str(caught.value)

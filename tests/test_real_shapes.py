@@ -17,7 +17,7 @@ from labkit.config import preset
 from labkit.models import SHIPPED_CONFIGS, count_parameters, load_model_config, load_policy
 from labkit.tasks import load_split
 from labkit.trainer import Trainer
-from labkit.training import forward as forward_module
+from labkit.training import compiled as loss_path_module
 from labkit.training.run_control import peak_memory_mb
 
 QWEN_0_5B = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -57,13 +57,11 @@ def alternating_reward(prompts, completions, **columns):
 def test_one_grpo_step_at_the_qwen2_5_0_5b_shape(one_thread, monkeypatch):
     """One real GRPO step of :class:`labkit.trainer.Trainer` at the Qwen2.5-0.5B shape.
 
-    Measured on the lab's 2-core CPU box (one thread while a background job held the other
-    core; seed 0, float32, 2 prompts x G = 2, 8 completion tokens): the step took 66.1 s
-    (sampling 2.3 s, the rest the training forward/backward and AdamW over 494M weights) and
-    the process peaked at 11,151 MiB RSS. The bill: weights 1,884 MiB + gradients 1,884 + AdamW's
-    two moments 3,769 + the rollback copy of the trainable weights 1,884 (the NaN guard,
-    ``rollback_nonfinite_weights``) = 9,421 MiB, plus torch itself, activations and the
-    (b, l, 151,936) logits and their gradient. The whole test, model build included, 89 s.
+    Its time and peak RSS on the lab's 2-core CPU are in ``docs/measurements/cpu_real_shape.txt``
+    (this test's printed line). The bill: weights + gradients + the rollback copy of the trainable
+    weights (the NaN guard, ``rollback_nonfinite_weights``) at four bytes a parameter each and
+    AdamW's two moments at eight, plus torch itself, activations and the (b, l, 151,936) logits and
+    their gradient.
     """
     model, tokenizer = load_policy(QWEN_0_5B, random_init=True, seed=0, dtype="float32",
                                    device="cpu")
@@ -71,13 +69,13 @@ def test_one_grpo_step_at_the_qwen2_5_0_5b_shape(one_thread, monkeypatch):
     # Spy on the chunked log-probs: record the width of every logits tensor they receive, and
     # shrink the chunk to 16 rows of the real vocabulary so this short batch spans several chunks.
     widths = []
-    chunked = forward_module.logprobs_and_entropy
+    chunked = loss_path_module.logprobs_and_entropy  # the eager loss path's log-probs
 
     def spy(logits, tokens, temperature=1.0, **kwargs):
         widths.append((logits.shape[-1], logits.shape[0] * logits.shape[1]))
         return chunked(logits, tokens, temperature, **kwargs)
 
-    monkeypatch.setattr(forward_module, "logprobs_and_entropy", spy)
+    monkeypatch.setattr(loss_path_module, "logprobs_and_entropy", spy)
     monkeypatch.setattr(logprobs_module, "_CHUNK_ELEMENTS", 16 * VOCAB)
     config = preset("grpo", prompts_per_step=2, num_generations=2, max_completion_length=8,
                     max_steps=1, progress=False, dtype="float32", device="cpu", seed=0,
@@ -98,8 +96,8 @@ def test_one_grpo_step_at_the_qwen2_5_0_5b_shape(one_thread, monkeypatch):
     assert not torch.equal(layer, before[0])
     assert not torch.equal(embedding[:512], before[1])  # the prompt's character ids moved
     assert torch.isfinite(layer).all()
-    # The measured peak of the docstring, loosely: catches a second copy of the model (a frozen
-    # reference where none is needed: +1.9 GiB), not a few percent of noise.
+    # The measured peak (docs/measurements/cpu_real_shape.txt), loosely: catches a second copy
+    # of the model (a frozen reference where none is needed: +1.9 GiB), not a few percent of noise.
     peak = peak_memory_mb(torch.device("cpu"))
     print(f"0.5B-shape step: {row['step_time']:.1f} s (sampling {row['generation_time']:.1f} s),"
           f" peak RSS {peak:.0f} MiB")

@@ -704,31 +704,31 @@ def test_plot_runs_draws_the_mean_over_seeds_with_a_min_max_band(tmp_path):
         plt.close(fig)
 
 
-def test_runs_summary_gives_mean_and_spread_over_seeds(tmp_path):
+def test_runs_summary_gives_the_mean_and_the_range_over_seeds(tmp_path):
     table = viz.runs_summary({"two": seeded_log(tmp_path)},
                              extra={"reward, last step": lambda d: d["reward"].iloc[-1]})
     column = table["two"]
     assert column["seeds"] == 2 and column["steps"] == 2
-    assert column["eval accuracy, end"] == "0.550 ± 0.050"
-    assert column["eval length, end"] == "14.000 ± 2.000"
-    assert column["reward, last step"] == "3.000 ± 1.000"
+    assert column["eval accuracy, end"] == "0.550 (0.500–0.600)"
+    assert column["eval length, end"] == "14.0 (12.0–16.0)"
+    assert column["reward, last step"] == "3.000 (2.000–4.000)"
     # averaged over the evaluations from step 0 on: seed 0 (0.2 + 0.5) / 2, seed 1 (0.4 + 0.6) / 2
     late = viz.runs_summary({"two": seeded_log(tmp_path)}, late_from=0)["two"]
-    assert late["eval accuracy, steps 0+"] == "0.425 ± 0.075"
-    assert late["eval length, steps 0+"] == "12.000 ± 1.000"
+    assert late["eval accuracy, steps 0+"] == "0.425 (0.350–0.500)"
+    assert late["eval length, steps 0+"] == "12.0 (11.0–13.0)"
     assert viz.runs_summary({"two": seeded_log(tmp_path)}, late_from=2)["two"][
-        "eval accuracy, steps 2+"] == "0.550 ± 0.050"
+        "eval accuracy, steps 2+"] == "0.550 (0.500–0.600)"
 
 
 def test_summary_values_are_the_numbers_the_summary_prints(tmp_path):
     values = viz.summary_values({"two": seeded_log(tmp_path)})["two"]
     assert values.loc["eval accuracy, end", "mean"] == pytest.approx(0.55)
-    assert values.loc["eval accuracy, end", "spread"] == pytest.approx(0.05)
+    assert values.loc["eval accuracy, end", "min"] == pytest.approx(0.5)
     assert values.loc["eval length, end", "max"] == pytest.approx(16.0)
     assert (values["seeds"] == 2).all()
     one_seed = seeded_log(tmp_path).query("seed == 0")
     single = viz.summary_values({"one": one_seed})["one"]
-    assert (single["spread"] == 0).all()
+    assert (single["min"] == single["max"]).all() and (single["mean"] == single["max"]).all()
     assert single["mean"].to_dict() == viz.runs_summary({"one": one_seed})["one"].to_dict()
 
 

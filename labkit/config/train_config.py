@@ -98,6 +98,15 @@ class TrainConfig(ConfigChecks):
     gradient_checkpointing: bool = knob(
         False, boolean, trl="gradient_checkpointing", resumable=True, kind="generic")
     """recompute activations in backward: less memory, about a third more compute"""
+    compile_loss: bool = knob(
+        False, boolean,
+        trl=not_carried("the lab's loss path (TRL's torch_compile compiles the whole model, "
+                        "a TrainingArguments setting the bridge leaves alone)"),
+        resumable=True, kind="generic")
+    """run the update's log-probs, entropies and policy loss through torch.compile (fused
+    kernels: on a GPU the tiny model's loss path is launch-bound); values change by float
+    rounding only, and a compile that fails falls back to eager saying why in one line
+    (labkit.training.compiled). False = eager"""
     seed: int = knob(0, whole(0), trl="seed", kind="generic")
     """seeds python, torch, the prompt order and the sampling generator: same seed, same CPU run"""
 

@@ -66,6 +66,7 @@ def policy_loss(
     entropy_coef: float = 0.0,
     token_weights: torch.Tensor | None = None,
     token_penalty: torch.Tensor | None = None,
+    terms=None,
     **options,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     r"""The policy loss of one micro-batch, as TRL's ``GRPOTrainer._compute_loss`` composes it.
@@ -114,6 +115,10 @@ def policy_loss(
                                              normalisers still count every masked-in token
     ``token_penalty``            (B, T)      optional differentiable per-token term added
                                              to the surrogate before aggregation
+    ``terms``                                what computes the loss once the inputs are checked:
+                                             None = :func:`policy_loss_terms`, eager (the
+                                             trainer's compiled loss path passes its compiled
+                                             copy: :mod:`labkit.training.compiled`)
     ``**options``                            the loss type's own keywords
                                              (``LOSS_REGISTRY[loss_type].keywords``), e.g.
                                              ``delta`` and ``dual_clip`` for the clipped family,
@@ -177,6 +182,44 @@ def policy_loss(
         ref_logp=ref_logp if beta > 0 else None,
         entropy=entropy,
     )
+    return (policy_loss_terms if terms is None else terms)(
+        logp, old_logp, adv, m, loss=loss, options=options,
+        importance_sampling_level=importance_sampling_level, epsilon=epsilon,
+        epsilon_high=epsilon_high, beta=beta, ref_logp=ref_logp, kl_estimator=kl_estimator,
+        use_bias_correction_kl=use_bias_correction_kl,
+        max_completion_length=max_completion_length, num_items_in_batch=num_items_in_batch,
+        num_sequences_in_batch=num_sequences_in_batch, entropy=entropy,
+        entropy_coef=entropy_coef, token_weights=token_weights, token_penalty=token_penalty)
+
+
+def policy_loss_terms(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor | None,
+    adv: torch.Tensor,
+    m: torch.Tensor,
+    *,
+    loss: LossType,
+    options: dict,
+    importance_sampling_level: str,
+    epsilon: float,
+    epsilon_high: float | None,
+    beta: float,
+    ref_logp: torch.Tensor | None,
+    kl_estimator: str,
+    use_bias_correction_kl: bool,
+    max_completion_length: int | None,
+    num_items_in_batch: int | torch.Tensor | None,
+    num_sequences_in_batch: int | None,
+    entropy: torch.Tensor | None,
+    entropy_coef: float,
+    token_weights: torch.Tensor | None,
+    token_penalty: torch.Tensor | None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Steps 1-5 of :func:`policy_loss` on inputs it has checked: ``adv`` (B, 1) or (B, T) in
+    ``logp``'s dtype, ``m`` the bool mask, ``loss`` the registered :class:`LossType` and
+    ``options`` all its options; the rest as :func:`policy_loss` takes them. Tensor math only:
+    no check of a tensor's values and no read back to the host, so ``torch.compile`` can
+    capture it as one graph (:mod:`labkit.training.compiled`)."""
     # Masked positions are replaced by 0 so that whatever padding holds cannot reach the loss.
     logp = torch.where(m, logp, 0)
     old_logp = logp.detach() if old_logp is None else torch.where(m, old_logp, 0)

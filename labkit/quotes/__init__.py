@@ -155,7 +155,8 @@ class recorder:
             if path.exists():
                 load_results(notebook, self.folder)  # refuses a file it did not write
 
-    def __call__(self, key: str, value, tolerance: float = 0.0):
+    def __call__(self, key: str, value, tolerance: float = 0.0) -> None:
+        # returns nothing, so a record cell ending in a record(...) shows no stray value
         if not re.fullmatch(r"[A-Za-z0-9_.@-]+", str(key)):
             raise ValueError(f"record: key must be letters, digits and . _ @ -, got {key!r}")
         number = _number(key, value)
@@ -167,7 +168,6 @@ class recorder:
         elif self.mode == "write":
             self.values[key] = {"value": number, "tolerance": tolerance}
             self._write()
-        return value
 
     def _check(self, key: str, number: float, tolerance: float) -> None:
         path = results_path(self.notebook, self.folder)

@@ -50,6 +50,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from labkit import quotes
+from labkit.quotes.paths import NOTEBOOKS_DIR
 from labkit.quotes.sources import notebook_path
 
 #: A generated block starts at a comment that names the command writing it ...
@@ -70,7 +71,7 @@ _BARE = re.compile(rf"(?<![\w@.\-–])(?P<number>{quotes._NUMBER}(?:e-?\d+)?)(?P
                    r"(?P<after>\s?[\w-]*)")
 _PLACE = re.compile(r"(?:§|\b(?:sections?|sec\.|eqs?\.|equations?|tables?|fig\.|figures?|"
                     r"appendix|chapter|vol\.|p\.|pp\.|arXiv:?|items?|issues?|pull request|PR)\s*#?)"
-                    r"(?:\d+(?:\.\d+)*\s*(?:,|and|or|–|-)\s*)*$", re.IGNORECASE)
+                    r"(?:\d+(?:\.\d+)*\s*(?:,|and|or|to|–|-)\s*)*$", re.IGNORECASE)
 _SOFTWARE = ("python", "torch", "pytorch", "transformers", "trl", "cuda", "vllm", "numpy",
              "jupyterlab", "jupyter", "nbformat", "nbclient", "ipywidgets", "accelerate",
              "peft", "datasets", "tokenizers", "safetensors", "pip", "ubuntu", "debian",
@@ -84,6 +85,8 @@ _VERSION_BEFORE = re.compile(rf"(?:\b(?:{'|'.join(re.escape(s) for s in _SOFTWAR
                              r"(?:\d+(?:\.\d+)*\s*(?:,|and|or|to|against|vs\.?)\s*)*$",
                              re.IGNORECASE)
 _YEAR = re.compile(r"(?:et al\.?,?|\b[A-Z][\w-]+,?(?: and [A-Z][\w-]+)?)\s*\(?$")
+#: A range of two decimal numbers, ``0.34-0.36``: its dash hides the second from :data:`_BARE`.
+_DECIMAL_RANGE = re.compile(r"(\d\.\d+(?:<!--=[^>]*-->)?)\s?[-–]\s?(?=[+\-−]?\d+\.\d)")
 #: A number after a noun that counts (``steps 100, 125 and 150``, ``seeds 0 to 7``) is a setting.
 _COUNT_BEFORE = re.compile(r"\b(?:steps?|seeds?|epochs?|rounds?|cells?|notebooks?|rows?|G\s*=|"
                            r"k\s*=)\s*(?:\d+\s*(?:,|and|or|to|–|-)\s*)*$")
@@ -143,6 +146,12 @@ def code_literals(where: str) -> frozenset[float]:
     return _code_literals(path, path.stat().st_mtime)
 
 
+def notebook_literals(number: str) -> frozenset[float]:
+    """The code literals of notebook ``number`` (``"04"``); empty when there is none."""
+    found = sorted(NOTEBOOKS_DIR.glob(f"{number}_*.ipynb"))
+    return _code_literals(found[0], found[0].stat().st_mtime) if found else frozenset()
+
+
 def _classify(match, bare: str, literals: frozenset[float]) -> str | None:
     """The class of a bare number that needs no source, or None for evidence."""
     number, before = match["number"], bare[:match.start()]
@@ -153,7 +162,12 @@ def _classify(match, bare: str, literals: frozenset[float]) -> str | None:
     if re.fullmatch(r"[-–]\d+", match["after"]):  # a range, 100-150 steps: the word after it
         after = bare[match.end():].strip().lower()
     whole = "." not in digits and not match["unit"]
-    if whole and (int(digits) < 100 or after.startswith(_FREE_NOUNS)):
+    # a signed integer (+34) or one in points reads a change, a result: never a setting
+    change = number[0] in "+-−" or re.match(r"\s?points?\b", match["after"]) is not None
+    # a small integer in seconds is a measurement (66 s); minutes are a plan (2 min) and bytes
+    # mostly a machine's size (a 16 GiB GPU)
+    change = change or re.match(r"\s?m?s\b", match["after"]) is not None
+    if whole and not change and (int(digits) < 100 or after.startswith(_FREE_NOUNS)):
         return "setting"
     rest = bare[match.end("number"):]
     if whole and _COUNT_BEFORE.search(before[-40:]):
@@ -174,12 +188,15 @@ def _classify(match, bare: str, literals: frozenset[float]) -> str | None:
     if whole and 1900 <= int(digits) <= 2099 and (_YEAR.search(before[-40:]) or (
             before.rstrip().endswith("(") and re.match(r"\s*[);,a-z]", rest))):
         return "citation"
-    if literals and not match["unit"]:
+    if literals:
         try:
-            if float(digits) in literals:
-                return "code literal"
+            value = float(digits)
         except ValueError:
-            pass
+            return None
+        # "+15 points" or "15%" of an assertion whose code writes 0.15
+        in_points = match["unit"] == "%" or re.match(r"[\s-]?points?\b", match["after"])
+        if (value in literals and not match["unit"]) or (in_points and value / 100 in literals):
+            return "code literal"
     return None
 
 
@@ -190,9 +207,13 @@ def _numbers(docs):
         for sentence in quotes._sentences(cut):
             for match in _BARE.finditer(quotes._TAG.sub(" ", sentence)):
                 yield where, sentence, match, "generated"
-        literals = code_literals(where)
+        page_literals = code_literals(where)
         for sentence in quotes._sentences(kept):
-            bare = quotes._TAG.sub(" ", sentence)
+            # a table row about one notebook (``| 04 | ...``, the live-run tables) reads its code
+            row = re.match(r"\|\s*(\d\d)\s*\|", sentence)
+            literals = page_literals or (notebook_literals(row[1]) if row else frozenset())
+            # the second number of a range of readings (0.34-0.36) is read like the first
+            bare = quotes._TAG.sub(" ", _DECIMAL_RANGE.sub(r"\g<1> to ", sentence))
             for match in _BARE.finditer(bare):
                 yield where, sentence, match, _classify(match, bare, literals)
 

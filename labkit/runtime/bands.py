@@ -47,6 +47,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from labkit.runtime.seeds import SEED_OFFSET_VARIABLE
+
 WRITER = "labkit.bands"
 #: A relative move above this is a different trajectory (a run), not float32 rounding.
 DIVERGED = 1e-5
@@ -96,6 +98,22 @@ def seed_values(key: str, values: dict[str, dict]) -> list[float]:
         names |= {name.replace(live, seeds) for name in names}
     pattern = re.compile(r"seeds\.s\d+\.(" + "|".join(map(re.escape, sorted(names))) + r")")
     return [entry["value"] for name, entry in sorted(values.items()) if pattern.fullmatch(name)]
+
+
+def seed_runs(data: dict, keys) -> dict[str, dict[str, float]]:
+    """How far one seed's story travels: ``{run: {key: value}}`` for each seed path a bands file
+    (``data``, :func:`load_bands`) measured (``seed1000`` ... ``seed8000``: every training seed
+    shifted by that offset, :mod:`labkit.runtime.seeds`), with the committed value as run
+    ``"recorded"``. A key a path did not measure is left out of that run."""
+    paths = data.get("paths", {})
+    seeded = [name for name, path in paths.items()
+              if SEED_OFFSET_VARIABLE in (path.get("variables") or {})]
+    entries = {key: data.get("bands", {}).get(key) or {} for key in keys}
+    runs = {"recorded": {key: entry["value"] for key, entry in entries.items() if "value" in entry}}
+    for name in sorted(seeded, key=lambda n: int(paths[n]["variables"][SEED_OFFSET_VARIABLE])):
+        runs[name] = {key: entry["measured"][name] for key, entry in entries.items()
+                      if name in entry.get("measured", {})}
+    return runs
 
 
 def kind_of(value: float, kernels: dict[str, float], seeds: list[float] = ()) -> str:

@@ -9,6 +9,8 @@ module                    what
                           producers are handed the same object
 ``forward.py``            the training forward: log-probs and entropies of completions, each
                           distinct prompt run once and its KV cache shared, length-packed micro-batches
+``compiled.py``           the update's loss path (log-probs, entropies, policy loss): eager, or
+                          through torch.compile with ``compile_loss``, falling back by name
 ``scoring.py``            rewards of a sampled round, the sampling metrics, context checks
 ``run_control.py``        interrupts that never tear a step, random-state capture, the NaN-guarded
                           optimizer step

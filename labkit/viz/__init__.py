@@ -25,7 +25,8 @@ function                       what it draws
 ``plot_gfpo_filter``           a group's lengths and rewards, GFPO's kept set, its advantages
 ``plot_runs``, ``load_run``    training curves from logged runs, with the regenerating command
 ``runs_summary``               a table of logged runs: start, end and best eval accuracy, length...
-``summary_values``             the same table's numbers (mean, spread over seeds), for recording
+``summary_values``             the same table's numbers (mean, min and max over seeds)
+``summary_records``            one run's summary numbers as the keys a notebook records
 ``per_seed``                   one row per seed of a log (default: eval before and after, EVAL_CHANGE)
 ``LivePlot``                   a trainer callback that redraws ``plot_runs`` in place while training
 ``plot_token_temperature``     a model's next-token distribution and entropy at several temperatures
@@ -110,6 +111,7 @@ from labkit.viz.runs import (
     per_seed,
     plot_runs,
     runs_summary,
+    summary_records,
     summary_values,
 )
 from labkit.viz.scaling import plot_memory_plan
@@ -163,6 +165,7 @@ __all__ = [
     "runs_summary",
     "stale_logprobs",
     "staleness_table",
+    "summary_records",
     "summary_values",
     "surrogate_weights",
     "temperature_tokens",

@@ -54,9 +54,9 @@ def summary_values(runs: Mapping[str, pd.DataFrame],
                    extra: Mapping[str, Callable[[pd.DataFrame], float]] | None = None,
                    late_from: int | None = None) -> dict[str, pd.DataFrame]:
     """The numbers behind :func:`runs_summary`: for each run, a frame with one row per summary
-    row and the columns ``mean``, ``spread`` (half the min-max range over the seeds; 0 for a
-    one-seed log), ``max`` and ``seeds``. A notebook records these (:mod:`labkit.quotes`) so that a quoted
-    ``0.332 ± 0.011`` has a source; the arguments are :func:`runs_summary`'s."""
+    row and the columns ``mean``, ``min`` and ``max`` over the seeds (all three the same for a
+    one-seed log) and ``seeds``. A notebook records these (:mod:`labkit.quotes`) so that a quoted
+    ``0.354 (0.347-0.362)`` has a source; the arguments are :func:`runs_summary`'s."""
     extra = dict(extra or {})
     values = {}
     for name, df in runs.items():
@@ -66,10 +66,17 @@ def summary_values(runs: Mapping[str, pd.DataFrame],
                              f"needs a log with evaluations (labkit.commands.reference_runs writes them)")
         parts = [df] if _seeds(df) < 2 else [part for _, part in df.groupby("seed")]
         per_seed = pd.DataFrame([_summary_of_one_seed(part, extra, late_from) for part in parts])
-        values[name] = pd.DataFrame({"mean": per_seed.mean(),
-                                     "spread": (per_seed.max() - per_seed.min()) / 2,
+        values[name] = pd.DataFrame({"mean": per_seed.mean(), "min": per_seed.min(),
                                      "max": per_seed.max(), "seeds": len(per_seed)})
     return values
+
+
+def summary_records(frame: pd.DataFrame, rows: Mapping[str, str]) -> dict[str, float]:
+    """What a notebook records (:mod:`labkit.quotes`) of one run's :func:`summary_values` frame:
+    for each ``row: key``, the mean over the seeds as ``key`` and the lowest and the highest seed
+    as ``key_min`` and ``key_max``, the three numbers a ``mean (min–max)`` cell shows."""
+    return {f"{key}{suffix}": float(frame.loc[row, stat]) for row, key in rows.items()
+            for stat, suffix in (("mean", ""), ("min", "_min"), ("max", "_max"))}
 
 
 def runs_summary(runs: Mapping[str, pd.DataFrame],
@@ -83,9 +90,10 @@ def runs_summary(runs: Mapping[str, pd.DataFrame],
 
     ``extra`` adds rows: a name and a function of the run's training rows (one seed's), e.g.
     ``{"entropy, last 20 steps": lambda d: d["entropy"].tail(20).mean()}``. A log of several
-    seeds (a ``seed`` column) is summarised per seed, and its cells read ``mean ± spread`` over
-    the seeds, the spread being half the min-max range (the band of :func:`plot_runs`), with a
-    ``seeds`` row; the cells of a one-seed log stay numbers. :func:`summary_values` gives the
+    seeds (a ``seed`` column) is summarised per seed, and its cells read ``mean (min–max)``: the
+    mean over the seeds, then the lowest and the highest seed (the band of :func:`plot_runs`),
+    with a ``seeds`` row; the cells of a one-seed log stay numbers. With three seeds a "±" would
+    suggest a symmetric error bar that the seeds do not give. :func:`summary_values` gives the
     same numbers unformatted.
 
     ``runs`` maps a name to a history with evaluation columns (``TrainResult.history`` merged with
@@ -98,7 +106,7 @@ def runs_summary(runs: Mapping[str, pd.DataFrame],
         if seeds < 2:
             rows[name] = frame["mean"].to_dict()
             continue
-        rows[name] = {key: f"{row['mean']:.3f} ± {row['spread']:.3f}" for key, row in frame.iterrows()}
+        rows[name] = {key: _mean_and_range(row) for key, row in frame.iterrows()}
         rows[name]["steps"] = int(frame.loc["steps", "max"])
         rows[name]["seeds"] = seeds
     table = pd.DataFrame(rows).round(3)
@@ -107,6 +115,14 @@ def runs_summary(runs: Mapping[str, pd.DataFrame],
         # fillna's dtype downcasting, which pandas 2.2 deprecates and pandas 3 dropped
         table.loc["seeds"] = [1 if pd.isna(v) else int(v) for v in table.loc["seeds"]]
     return table
+
+
+def _mean_and_range(row: pd.Series) -> str:
+    """``mean (min–max)``, with one decimal from 10 up and three below (token counts and
+    fractions), two significant digits when the whole row is below 0.01."""
+    largest = max(abs(row["mean"]), abs(row["min"]), abs(row["max"]))
+    digits = ".1f" if largest >= 10 else ".3f" if largest >= 0.01 or largest == 0 else ".2g"
+    return f"{row['mean']:{digits}} ({row['min']:{digits}}–{row['max']:{digits}})"
 
 
 def _first_eval(column: str) -> Callable[[pd.DataFrame], float]:

@@ -161,11 +161,19 @@ def test_a_run_with_compile_loss_trains_as_the_eager_run(base, compiler, capsys)
     assert capsys.readouterr().out.splitlines() == [str(compiled.loss_path)]
 
 
-def assert_eager_run_bit_for_bit(compiled, eager_trainer):
-    """Same history (but timings) and same weights, bit for bit."""
-    assert without_timings(compiled.history).equals(without_timings(eager_trainer.history))
+def fallen_back_run(base, capsys):
+    """The run with ``compile_loss=True`` (whose compile the test has made fail), checked bit for
+    bit against the same run eager (history but timings, and weights); returns it and the lines
+    it printed."""
+    eager = make_trainer(base)
+    eager.train()
+    capsys.readouterr()
+    compiled = make_trainer(base, compile_loss=True)
+    compiled.train()
+    assert without_timings(compiled.history).equals(without_timings(eager.history))
     assert all(torch.equal(a, b) for a, b in zip(compiled.model.parameters(),
-                                                  eager_trainer.model.parameters()))
+                                                  eager.model.parameters()))
+    return compiled, capsys.readouterr().out.splitlines()
 
 
 def test_a_compile_failing_at_its_first_call_falls_back_once_in_one_line(base, monkeypatch,
@@ -185,16 +193,11 @@ def test_a_compile_failing_at_its_first_call_falls_back_once_in_one_line(base, m
                           'line 75, in inner\n    if bool(x.any()):\n')
 
     monkeypatch.setattr(torch, "compile", lambda fn, **options: fails)
-    eager = make_trainer(base)
-    eager.train()
-    capsys.readouterr()
-    compiled = make_trainer(base, compile_loss=True)
-    compiled.train()
-    assert_eager_run_bit_for_bit(compiled, eager)
+    compiled, printed = fallen_back_run(base, capsys)
     assert len(calls) == 1, "a failed compile was tried again"
     line = ("loss path: eager; compile_loss fell back: torch.compile failed on the log-probs "
             "(Unsupported: Data-dependent branching at c.py:75 in inner)")
-    assert capsys.readouterr().out.splitlines() == [line]
+    assert printed == [line]
     assert str(compiled.loss_path) == line
 
 
@@ -203,15 +206,10 @@ def test_torch_compile_unavailable_falls_back_in_one_line(base, monkeypatch, cap
         raise RuntimeError("Python 3.15+ not yet supported for torch.compile")
 
     monkeypatch.setattr(torch, "compile", unsupported)
-    eager = make_trainer(base)
-    eager.train()
-    capsys.readouterr()
-    compiled = make_trainer(base, compile_loss=True)
-    compiled.train()
-    assert_eager_run_bit_for_bit(compiled, eager)
+    _, printed = fallen_back_run(base, capsys)
     line = ("loss path: eager; compile_loss fell back: torch.compile is unavailable "
             "(RuntimeError: Python 3.15+ not yet supported for torch.compile)")
-    assert capsys.readouterr().out.splitlines() == [line]
+    assert printed == [line]
 
 
 def test_a_real_inductor_failure_falls_back_even_with_dynamo_errors_suppressed(compiler,

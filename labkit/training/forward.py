@@ -101,13 +101,16 @@ def completion_logprobs(model, batch, temperature: float, share_prompts: bool = 
 
 
 def completion_logprobs_and_entropy(model, batch, temperature: float,
-                                    share_prompts: bool = True, logprobs=logprobs_and_entropy):
+                                    share_prompts: bool = True, logprobs=None):
     """Log-probs and entropies (b, l) of the completion tokens at ``temperature``. ``logprobs``
     turns the logits into them: the trainer passes its run's loss path's
-    (:class:`labkit.training.compiled.LossPath`, compiled with ``compile_loss``)."""
+    (:class:`labkit.training.compiled.LossPath`, compiled with ``compile_loss``); None is
+    :func:`labkit.logprobs.logprobs_and_entropy`, looked up at the call (a default bound at
+    definition would hide a patched module attribute from the caller)."""
     logits = completion_outputs(policy_call(model), batch, share_prompts)
     # the tokens are the sampler's, in the model's range: no range check (a read from the GPU)
-    return logprobs(logits, batch.completion_ids, temperature, check_tokens=False)
+    return (logprobs or logprobs_and_entropy)(logits, batch.completion_ids, temperature,
+                                              check_tokens=False)
 
 
 def completion_values(critic, batch, share_prompts: bool = True) -> torch.Tensor:

@@ -86,6 +86,7 @@ from labkit.offpolicy import BatchSource, correct_batch, make_producer
 from labkit.rewards import accuracy_reward
 from labkit.rewards.environment import check_environment_rewards
 from labkit.runtime.seeds import seed_offset, shifted_seed
+from labkit.runtime.static import static_outputs
 from labkit.sampling import Decoder
 from labkit.training.batches import Sampling, greedy_rewards
 from labkit.training.checkpoint import restore_trainer, save_trainer
@@ -252,7 +253,9 @@ class Trainer:
             self.load_checkpoint(resume_from, allow_changes)
         if self.device.type != "cpu" or cfg.decode_path != "auto":  # the CPU default is silent
             print(self.decode_plan)
-        bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not cfg.progress,
+        # a static copy of a notebook (LABKIT_STATIC=1) would keep the bar frozen at 0%
+        bar = tqdm(total=cfg.max_steps, initial=self.step,
+                   disable=not cfg.progress or static_outputs(),
                    desc=f"{cfg.advantage_estimator}/{cfg.loss_type}")
         interrupted = False
         try:

@@ -255,6 +255,47 @@ def test_pass_counts_reach_the_float_overflow(capsys):
     capsys.readouterr()
 
 
+def test_pass_counts_reject_the_biased_estimators(capsys):
+    """Notebook 00's exercise 1 asks for the unbiased pass@k: its inputs (the notebook's exact
+    call, 20 trials) reject the plug-in 1 - (1 - c/n)^k, its k - 1 slip and "1 if any answer is
+    right" (they drew n up to 2000 with c and k up to n, where pass@k is almost always exactly
+    0 or 1, and all three passed), while labkit's reference passes; the seeds hold both small
+    draws (pass@k strictly between 0 and 1) and a large n whose binomials overflow a float."""
+    import math
+
+    import torch
+
+    from labkit.evaluate import pass_at_k
+    from labkit.exercises import random_pass_counts
+
+    def plug_in(num_samples, num_correct, k):
+        return 1 - (1 - num_correct / num_samples) ** k
+
+    def plug_in_k_minus_1(num_samples, num_correct, k):
+        return 1 - (1 - num_correct / num_samples) ** (k - 1)
+
+    def any_right(num_samples, num_correct, k):
+        return 1.0 if num_correct > 0 else 0.0
+
+    draws = [random_pass_counts(torch.Generator().manual_seed(seed)) for seed in range(20)]
+    small = [d for d in draws if d["num_samples"] <= 64]
+    assert len(small) >= 12
+    assert all(d["k"] <= min(d["num_samples"], 8) for d in small)
+    assert all(0 < pass_at_k(**d) < 1 for d in small)
+    large = [d for d in draws if d["num_samples"] > 1030]
+    assert large
+    for d in large:
+        with pytest.raises(OverflowError):
+            float(math.comb(d["num_samples"], d["k"]))
+    for wrong in (plug_in, plug_in_k_minus_1, any_right):
+        assert not check_function(wrong, pass_at_k, random_pass_counts, n_trials=20,
+                                  check_grad=False)
+        assert "Not quite" in capsys.readouterr().out
+    assert check_function(pass_at_k, pass_at_k, random_pass_counts, n_trials=20,
+                          check_grad=False)
+    capsys.readouterr()
+
+
 def test_check_prediction_says_what_the_runs_showed(capsys):
     """The experiment checker compares the last-window means of two histories (synthetic
     frames: the helper reads metrics only) and names what they showed."""
@@ -274,6 +315,12 @@ def test_check_prediction_says_what_the_runs_showed(capsys):
     # a TrainResult-like object is read through its .history
     result = type("Result", (), {"history": longer})()
     assert check_prediction("up", base, result, "completion_length", window=3)
+    capsys.readouterr()
+    # without a tolerance "same" means within 5% of the larger end, and the message says so
+    nearly = base.assign(completion_length=[20.0] * 5 + [20.9] * 5)
+    assert check_prediction("same", base, nearly, "completion_length")
+    assert '"same" would need at most 1.04, 5% of the larger end' in capsys.readouterr().out
+    assert not check_prediction("same", base, longer, "completion_length")
 
 
 def test_check_prediction_names_bad_input():
@@ -387,3 +434,21 @@ def test_notebook_00_solutions_pass_their_checks(capsys):
                           check_grad=False)
     assert all(isinstance(c, str) and " d" in c for c in solutions.LIFTABLE_CELLS)
     capsys.readouterr()
+
+
+def test_a_close_miss_shows_the_digits_that_differ_and_names_a_convention(capsys):
+    """A learner off by a convention (Bessel's std against the population's) sees two numbers that
+    differ, not "got -1.642, expected -1.642", and a hint to look for the convention."""
+    from labkit.exercises import check_function
+
+    def population_std(x):
+        return x.std(unbiased=False)
+
+    def inputs(generator):
+        return {"x": torch.randn(4000, generator=generator, dtype=torch.float64)}
+
+    assert not check_function(population_std, lambda x: x.std(), inputs, n_trials=1)
+    out = capsys.readouterr().out
+    got, expected = out.split("(got ")[1].split(";")[0].split(", expected ")
+    assert got != expected.rstrip(")")
+    assert "look for a convention" in out

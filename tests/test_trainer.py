@@ -331,3 +331,17 @@ def test_eval_columns_every_eval_every_steps(base):
     cells = {f"eval_accuracy_{f}_d{d}" for f, d in zip(eval_set["family"], eval_set["difficulty"])}
     assert len(cells) > 1 and cells <= set(result.eval_history.columns)
     assert all(describe(c) for c in cells)
+
+
+@pytest.mark.parametrize("static", ["1", None])
+def test_a_static_copy_shows_no_progress_bar(base, monkeypatch, capsys, static):
+    """Under LABKIT_STATIC=1 (how CI and section_times execute the committed copies) the bar
+    would be stored frozen at 0%, so there is none; by hand, progress=True shows it."""
+    if static is None:
+        monkeypatch.delenv("LABKIT_STATIC", raising=False)
+    else:
+        monkeypatch.setenv("LABKIT_STATIC", static)
+    small_trainer(base, settings={**SMALL, "max_steps": 1, "progress": True},
+                  reward_funcs=[length_reward]).train()
+    bar = "1/1 [" in capsys.readouterr().err
+    assert bar == (static is None)

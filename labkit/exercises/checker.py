@@ -46,6 +46,23 @@ def _fmt(x: torch.Tensor) -> str:
     return f"{x.item():.4g}" if x.is_floating_point() else str(x.item())
 
 
+def _got_expected(got: torch.Tensor, expected: torch.Tensor) -> str:
+    """"got X, expected Y" with enough digits that X and Y differ, and a hint when they agree to
+    three or more: a close miss is a convention (a std's divisor, an eps, a band's edge), not the
+    formula."""
+    if not (got.is_floating_point() and expected.is_floating_point()):
+        return f"got {_fmt(got)}, expected {_fmt(expected)}"
+    g, e = got.item(), expected.item()
+    digits = 4
+    while digits < 12 and f"{g:.{digits}g}" == f"{e:.{digits}g}":
+        digits += 1
+    text = f"got {g:.{digits}g}, expected {e:.{digits}g}"
+    if math.isfinite(g) and math.isfinite(e) and g != e and abs(g - e) <= 1e-3 * abs(e):
+        text += (f"; they agree to {digits - 1} digits, so look for a convention (a std's "
+                 f"divisor, an eps, a band's edge) rather than the formula")
+    return text
+
+
 def _inputs_at(inputs: Mapping[str, Any], index: tuple[int, ...], shape: torch.Size) -> str:
     """The inputs at ``index`` of an output of ``shape`` (broadcast dims read at 0)."""
     parts = []
@@ -94,8 +111,8 @@ def _compare_values(name: str, got, expected, inputs, atol: float, rtol: float) 
         worst = _worst(g, e, atol, rtol)
         if worst is not None:
             err, index = worst
-            return (f"values differ{where}: max abs error {err:.3g} at index {index} (got "
-                    f"{_fmt(g[index])}, expected {_fmt(e[index])}); inputs: "
+            return (f"values differ{where}: max abs error {err:.3g} at index {index} "
+                    f"({_got_expected(g[index], e[index])}); inputs: "
                     f"{_inputs_at(inputs, index, e.shape)}")
     return None
 
@@ -187,8 +204,7 @@ def check_function(learner_fn: Callable, reference_fn: Callable,
                     err, index = worst
                     problem = (f"values match but the gradient w.r.t. `{key}` differs: check "
                                f"where you detach/clip (max abs error {err:.3g} at index "
-                               f"{index}: got {_fmt(learner_grads[key][index])}, expected "
-                               f"{_fmt(ref_grad[index])})")
+                               f"{index}: {_got_expected(learner_grads[key][index], ref_grad[index])})")
                     break
         if problem is not None:
             print(f"Not quite (trial {trial + 1} of {n_trials}): {problem}")

@@ -4,6 +4,8 @@ counts)."""
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -104,18 +106,59 @@ def random_stale_batch(generator: torch.Generator, batch_size: int = 4, max_leng
     return _pick(values, keys)
 
 
-def random_pass_counts(generator: torch.Generator, max_samples: int = 2000) -> dict[str, int]:
-    """One pass@k problem: ``num_samples`` n in 1..``max_samples``, ``num_correct`` c in 0..n and
-    ``k`` in 1..n (plain ints), the arguments of :func:`labkit.evaluate.pass_at_k`.
+#: the largest n whose binomials all fit in a float: C(1030, 515) < 1.8e308 < C(1031, 515)
+FLOAT_BINOMIAL_LIMIT = 1030
 
-    The binomials of pass@k leave the float range (about 1.8e308) from n of about 1030 (C(1030,
-    515)), so with the default ``max_samples`` a version that turns C(n, k) into a float
-    overflows on some draws, while exact integers (``math.comb``, then one division) or the
-    product form do not. A range below 1000 would let the float version pass.
+
+def _overflowing_k(n: int) -> int:
+    """The smallest k with C(n, k) beyond the largest float (C(n, k) then overflows for every k
+    up to n - k); ``n`` must exceed :data:`FLOAT_BINOMIAL_LIMIT`."""
+    limit = math.log(sys.float_info.max)
+    k = 1
+    while math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) <= limit:
+        k += 1
+    return k
+
+
+def random_pass_counts(generator: torch.Generator, max_samples: int = 2000,
+                       small_samples: int = 64, max_k: int = 8,
+                       large_share: float = 0.25) -> dict[str, int]:
+    """One pass@k problem: ``num_samples`` n, ``num_correct`` c and ``k`` (plain ints), the
+    arguments of :func:`labkit.evaluate.pass_at_k`. Two kinds of draw:
+
+    ==========  ===============  ==================================================================
+    draw        share            n, c, k
+    ==========  ===============  ==================================================================
+    small       1 - large_share  n in 2..min(``small_samples``, ``max_samples``), k in
+                                 1..min(n - 1, ``max_k``), c in 1..n - k: pass@k strictly
+                                 between 0 and 1, where a biased estimator shows its error
+    large       ``large_share``  n in 1031..``max_samples``, k where C(n, k) passes the largest
+                                 float (about 1.8e308), c in 0..min(n - k, ``max_k``): a few
+                                 right answers, so pass@k is not always 1
+    ==========  ===============  ==================================================================
+
+    The small draws are where the estimators differ: the plug-in 1 - (1 - c/n)^k (sampling
+    with replacement) is below the unbiased value whenever 1 < k, e.g. 0.609 against 0.643 at
+    n = 8, c = 3, k = 2, and "1 if c > 0" is wrong for every draw. The large draws are where a
+    version that turns C(n, k) into a float overflows, while exact integers (``math.comb``, then
+    one division) or the product form do not; there are none when ``max_samples`` is at most
+    :data:`FLOAT_BINOMIAL_LIMIT`. With the seeds 0..19 of ``check_function(..., n_trials=20)``
+    both kinds occur (a test holds this).
     """
-    n = int(torch.randint(1, max_samples + 1, (), generator=generator))
-    return {"num_samples": n, "num_correct": int(torch.randint(0, n + 1, (), generator=generator)),
-            "k": int(torch.randint(1, n + 1, (), generator=generator))}
+    if max_samples < 2:
+        raise ValueError(f"max_samples must be at least 2, got {max_samples}")
+    large = (max_samples > FLOAT_BINOMIAL_LIMIT
+             and float(torch.rand((), generator=generator, dtype=torch.float64)) < large_share)
+    if large:
+        n = int(torch.randint(FLOAT_BINOMIAL_LIMIT + 1, max_samples + 1, (), generator=generator))
+        lowest = _overflowing_k(n)
+        k = int(torch.randint(lowest, n - lowest + 1, (), generator=generator))
+        c = int(torch.randint(0, min(n - k, max_k) + 1, (), generator=generator))
+    else:
+        n = int(torch.randint(2, min(small_samples, max_samples) + 1, (), generator=generator))
+        k = int(torch.randint(1, min(n - 1, max_k) + 1, (), generator=generator))
+        c = int(torch.randint(1, n - k + 1, (), generator=generator))
+    return {"num_samples": n, "num_correct": c, "k": k}
 
 
 REWARD_KINDS = ("binary", "total", "normal")

@@ -8,6 +8,9 @@ import math
 import pandas as pd
 
 PREDICTIONS = ("up", "down", "same")
+#: Without a tolerance, "same" means within this share of the larger of the two ends: two runs
+#: with one setting changed never end bit for bit equal, so "within 0" could never be right.
+RELATIVE_SAME = 0.05
 
 
 def _history(run, which: str):
@@ -20,7 +23,7 @@ def _history(run, which: str):
 
 
 def check_prediction(prediction: str, baseline, changed, metric: str, *, window: int = 5,
-                     tolerance: float = 0.0) -> bool:
+                     tolerance: float | None = None) -> bool:
     """Check a learner's prediction of what a changed setting does to ``metric``.
 
     The experiment exercise: run a baseline and a run with one setting changed (same seed),
@@ -34,7 +37,8 @@ def check_prediction(prediction: str, baseline, changed, metric: str, *, window:
         baseline, changed: ``TrainResult`` or its ``history`` frame (or an ``eval_history``).
         metric: a column of both frames, e.g. ``"completion_length"`` or ``"eval_accuracy"``.
         window: rows averaged at the end of each run (>= 1).
-        tolerance: the largest difference still called "same" (>= 0, finite).
+        tolerance: the largest difference still called "same" (>= 0, finite); None (the
+            default): :data:`RELATIVE_SAME` of the larger of the two ends' sizes.
 
     Returns:
         True if the runs bear the prediction out; prints what they showed either way.
@@ -43,9 +47,10 @@ def check_prediction(prediction: str, baseline, changed, metric: str, *, window:
         raise ValueError(f"prediction must be one of {PREDICTIONS}, got {prediction!r}")
     if not isinstance(window, int) or isinstance(window, bool) or window < 1:
         raise ValueError(f"window must be an integer >= 1 (rows averaged), got {window!r}")
-    if not (isinstance(tolerance, int | float) and not isinstance(tolerance, bool)
-            and 0 <= tolerance < math.inf):
-        raise ValueError(f"tolerance must be a finite number >= 0, got {tolerance!r}")
+    if tolerance is not None and not (isinstance(tolerance, int | float)
+                                      and not isinstance(tolerance, bool)
+                                      and 0 <= tolerance < math.inf):
+        raise ValueError(f"tolerance must be a finite number >= 0 or None, got {tolerance!r}")
     ends = []
     for which, run in (("baseline", baseline), ("changed", changed)):
         frame = _history(run, which)
@@ -66,9 +71,14 @@ def check_prediction(prediction: str, baseline, changed, metric: str, *, window:
         ends.append(end)
     before, after = ends
     difference = after - before
+    if tolerance is None:
+        tolerance = RELATIVE_SAME * max(abs(before), abs(after))
+        same = f"\"same\" would need at most {tolerance:.3g}, {RELATIVE_SAME:.0%} of the larger end"
+    else:
+        same = f"\"same\" would need at most {tolerance:g}"
     shown = ("same" if abs(difference) <= tolerance else "up" if difference > 0 else "down")
     what = (f"{metric} (mean of the last {window} values): baseline {before:.4g}, changed "
-            f"{after:.4g}, difference {difference:+.4g} (\"same\" means within {tolerance:g})")
+            f"{after:.4g}, difference {difference:+.4g} ({same})")
     if shown == prediction:
         print(f"Your prediction ({prediction}) matches what the runs showed: {what}. One seed "
               f"each: run another seed before you call it a rule.")

@@ -43,10 +43,13 @@ CPU records of ``docs/teaching/section_times.json``, ``times:01`` the whole note
 ``/cpu`` at the end the kernel's CPU seconds instead; items joined by ``+`` add up
 (``times:02/1/cpu+02/2/cpu``: a workshop block of two sections).
 The tolerance of a quote is the digits it shows: it must equal the recorded value rounded to
-them (43.1% holds for 0.4305 to 0.4315). A ``low`` or ``high`` word after the key quotes an edge
-of the value's portable band, rounded outwards (``56.6%<!--=02:live.pass1_after %--> here,
-45<!--=02:live.pass1_after low %--> to 68%<!--=02:live.pass1_after high %--> on other machines and
-seeds``); a quote of a run's outcome needs both edges in its sentence (:func:`unbanded_quotes`).
+them (43.1% holds for 0.4305 to 0.4315). A ``lowest`` or ``highest`` word after the key quotes the
+lowest or highest outcome of the runs the lab measured for that value (other seeds, other CPU
+kernel paths; :func:`labkit.runtime.bands.measured_range`), rounded outwards
+(``56.6%<!--=02:live.pass1_after %--> (range over runs: 47.5<!--=02:live.pass1_after lowest %--> to
+66.3%<!--=02:live.pass1_after highest %-->)``); a quote of a run's outcome needs both in its sentence
+(:func:`unbanded_quotes`). A ``low`` or ``high`` word quotes an edge of the value's portable band
+instead, the wider 99.9% prediction interval the notebook tests accept on another machine.
 :func:`render_times` rewrites every timing quote from the report (``section_times`` calls it)
 and :func:`render_bands` every band edge from the bands, so both are generated text; a result
 quote is only checked, because a new value may need new words around it.
@@ -78,7 +81,7 @@ from pathlib import Path
 
 from labkit.quotes.paths import NOTEBOOKS_DIR, PAGES, RESULTS_DIR, ROOT, TIMES_JSON
 from labkit.quotes.sources import found_in
-from labkit.runtime.bands import band_entry, load_bands
+from labkit.runtime.bands import band_entry, load_bands, measured_range
 from labkit.runtime.platform_record import describe, platform_differences, platform_record
 
 MODE_VARIABLE = "LABKIT_RESULTS"
@@ -285,7 +288,7 @@ _NUMBER = r"[+\-−]?\d+(?:,\d{3})*(?:\.\d+)?"
 _TAG = re.compile(rf"(?P<number>{_NUMBER})(?P<unit>%|\s?[A-Za-z]+)?\s?"
                   r"<!--=(?P<source>times:(?:\d\d(?:/(?:\d+|setup))?(?:/cpu)?\+?)+|reading:\d\d|"
                   r"out:(?:\d\d/)?[\w-]+|file:[\w./-]+|\d\d):?"
-                  r"(?P<key>[A-Za-z0-9_.@-]*)(?:\s+(?P<edge>low|high))?"
+                  r"(?P<key>[A-Za-z0-9_.@-]*)(?:\s+(?P<edge>low|high|lowest|highest))?"
                   r"(?:\s+(?P<scale>%|min))?\s*-->")
 _ANY_TAG = re.compile(r"<!--=.*?-->", re.DOTALL)
 
@@ -302,13 +305,14 @@ class Quote:
     key: str
     scale: float
     edge: str = ""
-    """``low`` or ``high`` for an edge of the key's portable band, ``""`` for the value itself"""
+    """``low`` or ``high`` for an edge of the key's portable band, ``lowest`` or ``highest`` for the
+    lowest or highest of the runs it was measured on, ``""`` for the value itself"""
 
     def expected(self, value: float) -> str:
         """``value`` as this quote would print it; a band's edges round outwards."""
         scaled, unit = value * self.scale, 10.0 ** -self.decimals
         if self.edge:
-            rounding = math.floor if self.edge == "low" else math.ceil
+            rounding = math.floor if self.edge in ("low", "lowest") else math.ceil
             scaled = rounding(round(scaled / unit, 6)) * unit
         return f"{scaled:.{self.decimals}f}" if scaled != 0 else f"{0:.{self.decimals}f}"
 
@@ -416,6 +420,9 @@ def source_value(quote: Quote, results: dict | None = None, times: dict | None =
     band = band_entry(data, quote.key, values[quote.key]["value"])
     if isinstance(band, str):
         return f"{band} (python -m labkit bands measure {quote.source})"
+    if quote.edge in ("lowest", "highest"):
+        lowest, highest = measured_range(data["bands"][quote.key])
+        return lowest if quote.edge == "lowest" else highest
     return band.low if quote.edge == "low" else band.high
 
 
@@ -452,12 +459,12 @@ def unbanded_quotes(docs=None) -> list[str]:
             for q in found:
                 entry = (every.get(q.source, {}).get("bands") or {}).get(q.key) or {}
                 if (q.edge or q.source.startswith("times:") or entry.get("kind") != "run"
-                        or {(q.source, q.key, "low"), (q.source, q.key, "high")} <= edges):
+                        or {(q.source, q.key, "low"), (q.source, q.key, "high")} <= edges
+                        or {(q.source, q.key, "lowest"), (q.source, q.key, "highest")} <= edges):
                     continue
-                problems.append(f"{where}: {q.text!r} quotes a run's outcome without its band "
-                                f"(add e.g. 'X<!--={q.source}:{q.key} low--> to "
-                                f"Y<!--={q.source}:{q.key} high--> on other machines and "
-                                f"seeds')")
+                problems.append(f"{where}: {q.text!r} quotes a run's outcome without the range "
+                                f"of its runs (add e.g. '(range over runs: X<!--={q.source}:"
+                                f"{q.key} lowest--> to Y<!--={q.source}:{q.key} highest-->)')")
     return problems
 
 
@@ -512,15 +519,21 @@ _TIMING = re.compile(rf"(?<![\w.<])(?<!< )(?:about |~)?{_NUMBER}(?:[-–]{_NUMBE
 
 
 def untagged_timings(docs=None) -> list[str]:
-    """Times in the prose (tables aside) that are not generated from the timing report
-    ("< 1 s" aside)."""
+    """Times in the prose that carry no tag ("< 1 s" aside): a time is a measurement, so it
+    quotes the timing report (``times:``) or a committed file (``file:``)."""
+    from labkit.quotes.prose import GENERATED_PAGES, without_generated
+
     problems = []
     for where, text in documents() if docs is None else docs:
+        if where in GENERATED_PAGES:
+            continue  # a script writes it whole from its measurements
+        text = without_generated(text)[0]  # likewise a block a command writes
         visible = _ANY_TAG.sub("<!--=-->", _HIDDEN.sub("", text))  # a tag's words are no time
-        # tables are left out: the guide's timing tables put tagged measurements beside the
-        # minutes of discussion that we estimate, which no report can measure
+        # left out: tables, where the guide's timing tables put tagged measurements beside the
+        # minutes of discussion that we estimate, and headings, which name a workshop path's
+        # length (tests/test_teaching_paths.py holds each path's rows to it)
         visible = "\n".join(line for line in visible.splitlines()
-                             if not line.lstrip().startswith("|"))
+                             if not line.lstrip().startswith(("|", "#")))
         problems += [f"{where}: {m[0]!r} is a typed timing; quote section_times.json with a "
                      f"times: tag (labkit.quotes)" for m in _TIMING.finditer(visible)]
     return problems
@@ -573,7 +586,8 @@ def render_times() -> list[Path]:
 
 
 def render_bands() -> list[Path]:
-    """Rewrite every band edge (``low``/``high`` tags) from the portable bands
+    """Rewrite every band edge (``low``/``high`` tags) and every range of the measured runs
+    (``lowest``/``highest``) from the portable bands
     (``python -m labkit bands`` calls it after building them)."""
     results, every = all_results(), all_bands()
     return _render(lambda q: bool(q.edge), lambda q: source_value(q, results, bands=every))

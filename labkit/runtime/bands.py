@@ -116,6 +116,16 @@ def seed_runs(data: dict, keys) -> dict[str, dict[str, float]]:
     return runs
 
 
+def measured_range(entry: dict) -> tuple[float, float]:
+    """The lowest and the highest outcome the lab measured for one value of a bands file
+    (``data["bands"][key]``): the committed value, every path's (the other seeds, the other CPU
+    kernel paths) and the committed other seeds of a live run. The prose quotes this range, what
+    the runs did; the notebook tests on another machine accept the wider prediction interval."""
+    values = [float(entry["value"]), *map(float, (entry.get("measured") or {}).values()),
+              *map(float, entry.get("seeds_recorded") or ())]
+    return min(values), max(values)
+
+
 def kind_of(value: float, kernels: dict[str, float], seeds: list[float] = ()) -> str:
     """``exact``, ``float`` or ``run`` (module docstring) from the values of the kernel paths
     and of the other seeds."""

@@ -5,10 +5,11 @@ redraw loop that puts a :mod:`labkit.viz` figure under its controls (see :mod:`l
 from __future__ import annotations
 
 import importlib.util
-import os
 from collections.abc import Callable, Mapping, Sequence
 
 from matplotlib.figure import Figure
+
+from labkit.runtime.static import static_outputs
 
 _STYLE = {"description_width": "initial"}
 # Widths in px. A slider's description takes its natural width ("initial") and the slider's
@@ -22,7 +23,7 @@ _TEXT_PX = 240  # a text box's input field
 
 def widgets_enabled() -> bool:
     """True unless ``LABKIT_STATIC=1`` is set or ipywidgets is not installed."""
-    if os.environ.get("LABKIT_STATIC") == "1":
+    if static_outputs():
         return False
     return importlib.util.find_spec("ipywidgets") is not None
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from matplotlib.figure import Figure
 
 from labkit import viz
+from labkit.scale.memory.gpus import MARGIN_GIB
 from labkit.widgets.controls import (
     _STYLE,
     _interactive,
@@ -18,12 +19,27 @@ MEMORY_PLAN_MODELS = ("tiny", "Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen3-0.6B",
                       "Qwen/Qwen2.5-1.5B-Instruct")
 
 
+def fit_verdict(plan, gpus: Sequence[float], margin_gib: float = MARGIN_GIB) -> str:
+    """The sizes a plan fits with ``margin_gib`` to spare, and those it is tight on, in words:
+    "fits 40, 80 GiB; tight on 24 GiB (under 1 GiB spare)"."""
+    from labkit.scale.memory import gpu_table
+
+    table = gpu_table(plan, gpus, margin_gib)
+    fits = [f"{g:g}" for g in table.loc[table["verdict"] == "fits", "gpu_GiB"]]
+    tight = [f"{g:g}" for g in table.loc[table["verdict"] == "tight", "gpu_GiB"]]
+    words = f"fits {', '.join(fits)} GiB" if fits else f"fits none of {tuple(gpus)} GiB"
+    if tight:
+        words += f"; tight on {', '.join(tight)} GiB (under {margin_gib:g} GiB spare)"
+    return words
+
+
 def memory_plan_figure(model: str = "Qwen/Qwen2.5-0.5B-Instruct", num_generations: int = 8,
                        prompts_per_step: int = 16, prompt_length: int = 256,
                        max_completion_length: int = 1024, micro_batch_size: int = 8,
                        dtype: str = "bfloat16", use_peft: bool = False, lora_r: int = 16,
                        lora_dropout: float = 0.05, gradient_checkpointing: bool = False,
-                       beta: float = 0.0, gpus: Sequence[float] = (16, 24, 40, 80)) -> Figure:
+                       beta: float = 0.0, gpus: Sequence[float] = (16, 24, 40, 80),
+                       margin_gib: float = MARGIN_GIB) -> Figure:
     """The memory bill of one GRPO step on a GPU (``labkit.scale.memory.memory_plan`` with
     ``device="cuda"``), drawn by ``labkit.viz.plot_memory_plan`` with the GPU sizes marked.
 
@@ -31,7 +47,8 @@ def memory_plan_figure(model: str = "Qwen/Qwen2.5-0.5B-Instruct", num_generation
     completions (``num_generations x prompts_per_step``) is lowered to it. With ``use_peft`` the
     adapters are rank ``lora_r`` on every linear layer (``lora_target_modules="all-linear"``);
     a ``lora_dropout`` above 0 makes peft keep a dropped copy of each adapted layer's input for
-    the backward pass, which the planner counts.
+    the backward pass, which the planner counts. The title says which sizes the plan fits with
+    ``margin_gib`` to spare (:func:`labkit.scale.memory.gpu_table`) and on which it is tight.
     """
     from labkit.config import preset
     from labkit.scale.memory import memory_plan
@@ -53,10 +70,9 @@ def memory_plan_figure(model: str = "Qwen/Qwen2.5-0.5B-Instruct", num_generation
     for label in list(ax.texts):  # a GPU size far above the bars: its label would sit off the
         if label.xy[1] > top:     # axes and collapse the layout, so it goes into the title
             label.remove()
-    total = float(plan.loc["total", "GiB"])
-    fits = [f"{g:g}" for g in gpus if total <= g]
-    verdict = f"fits {', '.join(fits)} GiB" if fits else f"fits none of {tuple(gpus)} GiB"
-    ax.set_title(f"{model}: {ax.get_title()}, {verdict}", fontsize="medium")
+    # the verdict on a line of its own: with a tight size named, one line is wider than the figure
+    ax.set_title(f"{model}: {ax.get_title()}\n{fit_verdict(plan, gpus, margin_gib)}",
+                 fontsize="medium")
     ax.set_xlabel(f"phase of one step (G = {num_generations} x {prompts_per_step} prompts, "
                   f"{prompt_length} + {max_completion_length} tokens)")
     return fig
@@ -67,7 +83,8 @@ def memory_plan_widget(model: str = "Qwen/Qwen2.5-0.5B-Instruct", num_generation
                        max_completion_length: int = 1024, micro_batch_size: int = 8,
                        dtype: str = "bfloat16", use_peft: bool = False, lora_r: int = 16,
                        lora_dropout: float = 0.05, gradient_checkpointing: bool = False,
-                       beta: float = 0.0, gpus: Sequence[float] = (16, 24, 40, 80)):
+                       beta: float = 0.0, gpus: Sequence[float] = (16, 24, 40, 80),
+                       margin_gib: float = MARGIN_GIB):
     """The memory planner: pick a model, G, lengths, LoRA and checkpointing; see the bill.
 
     Redraws :func:`memory_plan_figure` (a stacked bar per phase of a step, the GPU sizes as
@@ -77,7 +94,8 @@ def memory_plan_widget(model: str = "Qwen/Qwen2.5-0.5B-Instruct", num_generation
     if not widgets_enabled():
         return memory_plan_figure(model, num_generations, prompts_per_step, prompt_length,
                                   max_completion_length, micro_batch_size, dtype, use_peft,
-                                  lora_r, lora_dropout, gradient_checkpointing, beta, gpus)
+                                  lora_r, lora_dropout, gradient_checkpointing, beta, gpus,
+                                  margin_gib)
     import ipywidgets as widgets
 
     def checkbox(value, description):
@@ -125,6 +143,6 @@ def memory_plan_widget(model: str = "Qwen/Qwen2.5-0.5B-Instruct", num_generation
     }
 
     def draw(**values):
-        return memory_plan_figure(**values, gpus=gpus)
+        return memory_plan_figure(**values, gpus=gpus, margin_gib=margin_gib)
 
     return _interactive(draw, controls)

@@ -40,19 +40,20 @@ def action_mask(tokenizer, completion_ids):
 #: What halving max_completion_length does to the tool-call rate.
 EXPERIMENT_PREDICTION = "down"
 EXPERIMENT_WHY = (
-    "The budget counts the reply: a call (about 70 tokens with the tiny Qwen's character "
-    "tokenizer), its reply (about 28) and the answer (about 10) no longer fit in 96 tokens, so "
-    "every episode that calls the tool is cut off before it answers and earns nothing, while a "
-    "direct answer (about 15 tokens) still earns its format reward. GRPO "
-    "ranks calling below not calling, and the rate falls to zero within about 10 steps (seed 0: "
-    "0.12 -> 0.00). Agent budgets must leave room for the environment's tokens.")
+    "The budget counts the reply: in section 1's episode the calling turn and the calculator's reply "
+    "(section 3 counted them) already take more than 96 tokens, so an episode that calls the tool "
+    "like that one is cut off before it answers and earns nothing, while a direct answer is far "
+    "shorter and still earns its format reward. GRPO ranks calling below not calling, and the rate "
+    "falls (the check above prints both runs' last 5 steps). Agent budgets must leave room for the "
+    "environment's tokens.")
 
 
 #: What cutting the guessing game's turn limit from 6 to 4 does to the warm start's solved share.
 TURN_LIMIT_PREDICTION = "down"
 TURN_LIMIT_WHY = (
-    "A perfect binary search never needs a fifth guess, but the warm start does not play one: it "
-    "spends about 3.6 guesses per game at a limit of 6, some of them malformed or repeating what a "
-    "reply already ruled out, and its slower games are the ones the limit cuts off (16 games x 2, "
-    "seed 0: solved 0.78 at 6, 0.62 at 4, 0.44 at 3). A turn limit is only harmless for a policy "
-    "that plays near the optimum; RL on the game is what moves it there.")
+    "A perfect binary search never needs a fifth guess, so a perfect player would lose nothing at a "
+    "limit of 4. The warm start loses games there (the table above), so some of its games need a "
+    "fifth or sixth guess: it wastes guesses (a malformed one, or one that a reply had already ruled "
+    "out; look at a game in the episode widget), and the limit cuts off exactly those slower games. "
+    "A turn limit is only harmless for a policy that plays near the optimum; RL on the game is what "
+    "moves it there.")

@@ -134,6 +134,11 @@ def cases() -> list[Case]:
     for value in (0, -1, math.nan, "80", None):
         refuse(f"gpu-fits={value!r}", lambda v=value: gpu_fits(_plan(), v), "gpu", repr(value))
     accept("gpu-fits-huge", lambda: gpu_fits(_plan(), 1e300), lambda fits: _is(fits, True))
+    for value in (-1, math.nan, math.inf, "1", True, None):
+        refuse(f"gpu-table-margin={value!r}", lambda v=value: gpu_table(_plan(), margin_gib=v),
+               "margin_gib", repr(value))
+        refuse(f"gpu-fits-margin={value!r}", lambda v=value: gpu_fits(_plan(), 80, margin_gib=v),
+               "margin_gib", repr(value))
     refuse("gpu-table-plan-none", lambda: gpu_table(None), "plan", "NoneType")
     refuse("gpu-table-plan-without-total", lambda: gpu_table(_plan().drop(index="total")),
            "plan", "total")

@@ -1,5 +1,10 @@
 """The memory plan against GPU sizes: the sizes the lab's figures mark, and whether a plan
-fits each (:func:`gpu_table`, :func:`gpu_fits`)."""
+fits each (:func:`gpu_table`, :func:`gpu_fits`).
+
+The planner's total leaves out the CUDA context and the allocator's cache (a few hundred MiB
+to about 1 GiB, :mod:`labkit.scale.memory`), so a plan fits a card only with
+:data:`MARGIN_GIB` to spare; a plan between the card's size and that margin is "tight" and
+reads as not fitting."""
 
 from __future__ import annotations
 
@@ -12,23 +17,44 @@ import pandas as pd
 #: 3090/4090, A10), an A100-40GB and an 80 GB A100/H100.
 GPU_SIZES_GIB = (16, 24, 40, 80)
 
+#: The headroom (GiB) a plan must leave on a card to count as fitting: what the planner leaves
+#: out, the CUDA context and the allocator's cache, is up to about this much.
+MARGIN_GIB = 1.0
 
-def gpu_table(plan: pd.DataFrame, gpus: Sequence[float] = GPU_SIZES_GIB) -> pd.DataFrame:
-    """One row per GPU size (GiB): the planned total, whether it fits and the headroom left.
 
-    The planner's total leaves out the CUDA context and the allocator's caching (module
-    docstring), so a plan within about 1 GiB of a card's size should be treated as not fitting.
+def gpu_table(plan: pd.DataFrame, gpus: Sequence[float] = GPU_SIZES_GIB,
+              margin_gib: float = MARGIN_GIB) -> pd.DataFrame:
+    """One row per GPU size (GiB): the planned total, the headroom left, whether it fits and
+    the verdict in a word.
+
+    ``fits`` is True when the headroom is at least ``margin_gib`` (module docstring: the plan
+    leaves out the CUDA context and the allocator's cache). ``verdict`` is ``"fits"``,
+    ``"tight"`` (the plan is under the card's size by less than the margin: treat it as not
+    fitting) or ``"no"``. ``margin_gib=0`` compares the bare total with the card.
     """
-    total = _total_gib(plan)
-    rows = [{"gpu_GiB": float(g), "planned_GiB": total, "fits": total <= float(g),
-             "headroom_GiB": float(g) - total} for g in gpu_sizes(gpus)]
+    total, margin = _total_gib(plan), margin_of(margin_gib)
+    rows = []
+    for g in gpu_sizes(gpus):
+        headroom = g - total
+        fits = headroom >= margin
+        rows.append({"gpu_GiB": g, "planned_GiB": total, "headroom_GiB": headroom, "fits": fits,
+                     "verdict": "fits" if fits else "tight" if headroom >= 0 else "no"})
     return pd.DataFrame(rows)
 
 
-def gpu_fits(plan: pd.DataFrame, gpu: float) -> bool:
-    """True when the planned total is at most ``gpu`` GiB."""
+def gpu_fits(plan: pd.DataFrame, gpu: float, margin_gib: float = MARGIN_GIB) -> bool:
+    """True when the planned total leaves at least ``margin_gib`` of ``gpu`` GiB free."""
     (size,) = gpu_sizes([gpu])
-    return _total_gib(plan) <= size
+    return size - _total_gib(plan) >= margin_of(margin_gib)
+
+
+def margin_of(margin_gib) -> float:
+    """``margin_gib`` as a float; ValueError unless a finite number of GiB, 0 or more."""
+    if isinstance(margin_gib, bool) or not isinstance(margin_gib, (int, float)) \
+            or not math.isfinite(margin_gib) or margin_gib < 0:
+        raise ValueError(f"margin_gib must be a finite number of GiB, 0 or more (e.g. "
+                         f"{MARGIN_GIB}), got {margin_gib!r}")
+    return float(margin_gib)
 
 
 def _total_gib(plan) -> float:

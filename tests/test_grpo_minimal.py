@@ -25,7 +25,7 @@ def test_minimal_gradient_equals_the_trainers(shipped, capsys):
     model, tokenizer, data = shipped
     assert check_grpo_gradient(grpo_minimal.group_advantages, grpo_minimal.clipped_token_loss,
                                model=model, tokenizer=tokenizer, dataset=data, seed=3)
-    assert capsys.readouterr().out.startswith("Correct! One step of your GRPO")
+    assert capsys.readouterr().out.startswith("Correct! One step of GRPO with these two functions")
 
 
 def population_std(rewards, num_generations):

@@ -140,7 +140,7 @@ def check_grpo_gradient(advantage_fn: Callable, loss_fn: Callable, *, model=None
             return False
         largest = max(largest, (have - want).abs().max().item())
         used = max(used, ((have - want).abs() / bound).max().item())
-    print(f"Correct! One step of your GRPO gives the Trainer's gradient on {what}: the "
-          f"advantages and all {len(expected)} parameter gradients agree, the largest difference "
+    print(f"Correct! One step of GRPO with these two functions gives the Trainer's gradient on "
+          f"{what}: the advantages and all {len(expected)} parameter gradients agree, the largest difference "
           f"{largest:.1e} ({used:.0%} of the tolerance: float32 sums in another order).")
     return True

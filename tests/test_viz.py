@@ -917,3 +917,24 @@ def test_per_seed_reads_each_seeds_first_and_last_evaluation():
     one = viz.per_seed(pd.DataFrame(rows[:3]).drop(columns="seed"),
                        {"steps": lambda d: d["reward"].count()})
     assert one.shape == (1, 1) and one.iloc[0, 0] == 2  # seed 0's two training rows
+
+
+def test_a_live_run_sits_above_the_seeds_of_its_log():
+    """live_beside_log: this kernel's run first, then each logged seed, the same figures for both."""
+    import pandas as pd
+
+    from labkit import viz
+
+    def run(pass1):
+        return pd.DataFrame({"step": [0, 10], "eval_accuracy": pass1, "eval_pass@k": [0.5, 0.6],
+                             "eval_length": [20.0, 25.0]})
+
+    # the trainer's history repeats the last evaluation on its last step: it must not read as "before"
+    history = pd.DataFrame({"step": [1, 10], "reward": [1.0, 1.5], "eval_accuracy": [None, 0.4]})
+    result = type("Result", (), {"history": history, "eval_history": run([0.3, 0.4])})()
+    logged = viz.per_seed(pd.concat([run([0.3, 0.41]).assign(seed=0), run([0.2, 0.5]).assign(seed=1)]))
+    table = viz.live_beside_log(result, logged)
+    assert list(table.index) == ["this kernel (seed 0)", "log, seed 0", "log, seed 1"]
+    assert table.loc["this kernel (seed 0)", ["pass1_before", "pass1_after"]].tolist() == [0.3, 0.4]
+    assert table.loc["log, seed 1", "pass1_before"] == 0.2
+    assert list(table.columns) == list(logged.columns)

@@ -521,7 +521,7 @@ _TIMING = re.compile(rf"(?<![\w.<])(?<!< )(?:about |~)?{_NUMBER}(?:[-–]{_NUMBE
 def untagged_timings(docs=None) -> list[str]:
     """Times in the prose that carry no tag ("< 1 s" aside): a time is a measurement, so it
     quotes the timing report (``times:``) or a committed file (``file:``)."""
-    from labkit.quotes.prose import GENERATED_PAGES, without_generated
+    from labkit.quotes.prose import GENERATED_PAGES, without_generated  # prose imports this module
 
     problems = []
     for where, text in documents() if docs is None else docs:

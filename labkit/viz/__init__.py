@@ -28,6 +28,7 @@ function                       what it draws
 ``summary_values``             the same table's numbers (mean, min and max over seeds)
 ``summary_records``            one run's summary numbers as the keys a notebook records
 ``per_seed``                   one row per seed of a log (default: eval before and after, EVAL_CHANGE)
+``live_beside_log``            a live run's row above the per-seed rows of its committed log
 ``LivePlot``                   a trainer callback that redraws ``plot_runs`` in place while training
 ``plot_token_temperature``     a model's next-token distribution and entropy at several temperatures
 ``temperature_tokens``         the same numbers: top tokens, probabilities, entropy at T
@@ -107,6 +108,7 @@ from labkit.viz.rewards_data import (
 from labkit.viz.runs import (
     EVAL_CHANGE,
     LivePlot,
+    live_beside_log,
     load_run,
     per_seed,
     plot_runs,
@@ -134,6 +136,7 @@ __all__ = [
     "fork_logits",
     "group_advantages_table",
     "group_push_table",
+    "live_beside_log",
     "load_run",
     "majority_vote_groups",
     "measured_ratio_spread",

@@ -158,6 +158,24 @@ def per_seed(run: pd.DataFrame,
     return table
 
 
+def live_beside_log(result, logged: pd.DataFrame,
+                    values: Mapping[str, Callable[[pd.DataFrame], float]] = EVAL_CHANGE) -> pd.DataFrame:
+    """The per-seed table under a live run: the run ``result`` as this kernel made it (first row,
+    "this kernel (seed 0)"), then ``logged``, the :func:`per_seed` table of the committed log of
+    the same run ("log, seed N"), with the same ``values``. The log's seed 0 has the live run's
+    settings but was written on the lab's machine; another CPU rounds differently and the two part
+    after a few steps (``docs/reproducibility.md``), so the row to set against the seeds is this
+    kernel's."""
+    # the eval figures from eval_history alone: the history repeats the last evaluation on its
+    # last step, which would come first in the rows and read as the "before"
+    steps = result.history.drop(columns=[c for c in result.history.columns if str(c).startswith("eval_")])
+    rows = pd.concat([steps, result.eval_history], ignore_index=True)
+    this_kernel = per_seed(rows.drop(columns="seed", errors="ignore"), values)
+    return pd.concat([this_kernel.set_axis(["this kernel (seed 0)"]),
+                      logged.set_axis([f"log, seed {seed}" for seed in logged.index])]
+                     ).rename_axis("run")
+
+
 def _summary_of_one_seed(df: pd.DataFrame, extra: Mapping[str, Callable],
                          late_from: int | None = None) -> dict:
     steps, evals = df.dropna(subset=["reward"]), df.dropna(subset=["eval_accuracy"])

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from matplotlib.figure import Figure
 
 from labkit import viz
-from labkit.scale.memory.gpus import MARGIN_GIB
+from labkit.scale.memory.gpus import MARGIN_GIB, gpu_table
 from labkit.widgets.controls import (
     _STYLE,
     _interactive,
@@ -22,8 +22,6 @@ MEMORY_PLAN_MODELS = ("tiny", "Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen3-0.6B",
 def fit_verdict(plan, gpus: Sequence[float], margin_gib: float = MARGIN_GIB) -> str:
     """The sizes a plan fits with ``margin_gib`` to spare, and those it is tight on, in words:
     "fits 40, 80 GiB; tight on 24 GiB (under 1 GiB spare)"."""
-    from labkit.scale.memory import gpu_table
-
     table = gpu_table(plan, gpus, margin_gib)
     fits = [f"{g:g}" for g in table.loc[table["verdict"] == "fits", "gpu_GiB"]]
     tight = [f"{g:g}" for g in table.loc[table["verdict"] == "tight", "gpu_GiB"]]

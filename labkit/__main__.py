@@ -28,6 +28,7 @@ COMMANDS = {
     "trl_train": "labkit.trl_bridge.train",
     "tasks": "labkit.tasks.build",
     "async_overlap": "labkit.commands.async_overlap",
+    "student_copy": "labkit.commands.student_copy",
 }
 
 

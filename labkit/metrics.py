@@ -109,6 +109,8 @@ METRICS = {
     "advantage_time": "seconds of step 4: the off-policy correction and the advantages",
     "update_time": "seconds of step 5: training forwards and backwards, optimizer steps",
     "eval_time": "seconds of the evaluation (every eval_every; not in step_time)",
+    "sampled_tokens": "completion tokens the sampler generated in the step, every dynamic-sampling "
+                      "round included (the step's generation cost, counted the same on any machine)",
     "tokens_per_second": "completion tokens sampled per second of step time",
     "peak_memory_mb": "peak CUDA memory allocated in the step, else peak process RSS (MiB)",
     "eval_accuracy": "pass@1 on the eval split at the sampling temperature (every eval_every)",

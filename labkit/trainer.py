@@ -358,7 +358,7 @@ class Trainer:
             self.step += 1
             elapsed = sum(phases.values())
             row.update(step=self.step, learning_rate=learning_rate, step_time=elapsed,
-                       tokens_per_second=row.pop("sampled_tokens") / elapsed,
+                       tokens_per_second=row["sampled_tokens"] / elapsed,
                        peak_memory_mb=peak_memory_mb(self.device))
             first = ["step", "reward", "accuracy", "completion_length"]
             row = {**{k: row[k] for k in first}, **{k: v for k, v in row.items()

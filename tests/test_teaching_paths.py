@@ -54,7 +54,12 @@ def test_a_workshop_path_fits_its_time_and_fills_it(heading):
     assert total >= 0.85 * limit, f"{heading}: only {total:.1f} of {limit:.0f} minutes planned"
 
 
-def test_the_longer_paths_have_breaks():
+def test_the_longer_paths_have_breaks_and_a_buffer():
+    """A path of more than two hours plans its breaks and keeps at least 5% of its time free
+    for what a room brings (questions, a slow machine, a restart)."""
     for heading, rows in paths().items():
-        if limit_minutes(heading) > 120:
+        limit = limit_minutes(heading)
+        if limit > 120:
             assert any(row[0] == "break" for row in rows), heading
+            buffer = sum(minutes(row)[0] for row in rows if row[0] == "buffer")
+            assert buffer >= 0.05 * limit, f"{heading}: a buffer of {buffer:.0f} minutes"

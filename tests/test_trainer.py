@@ -57,7 +57,7 @@ def same_weights(a: dict, b: dict) -> bool:
 
 COMMON = {"step", "reward", "reward_std", "reward_length", "accuracy", "completion_length",
           "completion_length_max", "truncation_rate", "frac_reward_zero_std", "groups_dropped",
-          "resample_rounds", "completions_trained", "loss", "clip_low", "clip_high",
+          "resample_rounds", "sampled_tokens", "completions_trained", "loss", "clip_low", "clip_high",
           "clip_region", "kl_old", "entropy", "grad_norm", "skipped_nonfinite", "learning_rate",
           *(c for c in TIMING_COLUMNS if c not in ("queue_wait", "eval_time"))}  # overlapped, eval only
 

@@ -127,7 +127,7 @@ def plot_group_advantages(rewards=(1, 0, 0, 1, 0, 0, 0, 1), lengths=None, greedy
 # --------------------------------------------------------------------------------------------
 
 
-def plot_kl_estimators(log_ratio_max: float = 2.0, shift: float = 1.0, n_samples: int = 1000,
+def plot_kl_estimators(log_ratio_max: float = 2.0, shift: float = 1.0, n_samples: int = 20000,
                        vocab_size: int = 8, seed: int = 0, axes=None) -> Figure:
     r"""Schulman's k1, k2, k3 (:func:`labkit.losses.kl_estimate`): curves, gradients, bias, spread.
 
@@ -136,8 +136,9 @@ def plot_kl_estimators(log_ratio_max: float = 2.0, shift: float = 1.0, n_samples
     :math:`\pi` over ``vocab_size`` tokens and a nearby :math:`\pi_{ref}` (logits moved by ``shift``
     times Gaussian noise, seeded), ``n_samples`` tokens drawn from :math:`\pi`: the bias of the
     sample mean and the per-sample standard deviation, relative to the true
-    :math:`\mathrm{KL}(\pi\|\pi_{ref})`. Bars are the sampled values (with +-2 standard errors),
-    crosses the exact expectation over the vocabulary.
+    :math:`\mathrm{KL}(\pi\|\pi_{ref})`. Bars are the exact values (expectations over the
+    vocabulary), so an unbiased estimator has no bias bar; dots are what the ``n_samples`` drawn
+    tokens give (the bias dot with +-2 standard errors).
 
     What to see: k1 goes negative and has the largest spread; k2 is always >= 0 but biased; k3 is
     >= 0, unbiased and low-variance, which is why GRPO uses it. As a loss, k1's gradient is a
@@ -176,14 +177,19 @@ def plot_kl_estimators(log_ratio_max: float = 2.0, shift: float = 1.0, n_samples
         exact_mean = float((logp_all.exp() * per_token).sum())
         exact_std = float((logp_all.exp() * (per_token - exact_mean) ** 2).sum().sqrt())
         std = float(sampled.std())
-        bias_ax.bar(k, (float(sampled.mean()) - true_kl) / true_kl, 0.6, color=f"C{k}",
-                    yerr=2 * std / n_samples**0.5 / true_kl, capsize=4)
-        std_ax.bar(k, std / true_kl, 0.6, color=f"C{k}")
-        bias_ax.plot(k, (exact_mean - true_kl) / true_kl, "kx", label="exact" if k == 0 else None)
-        std_ax.plot(k, exact_std / true_kl, "kx", label="exact" if k == 0 else None)
+        # The bar is the estimator's true bias (its expectation over the vocabulary), so an
+        # unbiased estimator has no bar; the dot is what one batch of n_samples tokens gives.
+        bias_ax.bar(k, (exact_mean - true_kl) / true_kl, 0.6, color=f"C{k}", alpha=0.6,
+                    label="exact" if k == 0 else None)
+        bias_ax.errorbar(k, (float(sampled.mean()) - true_kl) / true_kl,
+                         yerr=2 * std / n_samples**0.5 / true_kl, fmt="ko", capsize=4,
+                         label=f"{n_samples} samples, ±2 s.e." if k == 0 else None)
+        std_ax.bar(k, exact_std / true_kl, 0.6, color=f"C{k}", alpha=0.6,
+                   label="exact" if k == 0 else None)
+        std_ax.plot(k, std / true_kl, "ko", label=f"{n_samples} samples" if k == 0 else None)
     bias_ax.axhline(0, color="0.3", lw=0.8)
-    bias_ax.set(title=f"bias / KL from {n_samples} samples (KL = {true_kl:.3f})",
-                ylabel="(sample mean - KL) / KL", xticks=x, xticklabels=kinds, xlabel="estimator")
+    bias_ax.set(title=f"bias / KL (KL = {true_kl:.3f})",
+                ylabel="(mean - KL) / KL", xticks=x, xticklabels=kinds, xlabel="estimator")
     std_ax.set(title="spread / KL", ylabel="per-sample std / KL", xticks=x, xticklabels=kinds,
                xlabel="estimator")
     for ax in (bias_ax, std_ax):

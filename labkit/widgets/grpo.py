@@ -41,7 +41,7 @@ def group_advantages_widget(rewards: Sequence[float] = (1, 0, 0, 1, 0, 0, 0, 1),
     return _interactive(draw, controls)
 
 
-def kl_estimators_widget(shift: float = 1.0, n_samples: int = 1000, seed: int = 0):
+def kl_estimators_widget(shift: float = 1.0, n_samples: int = 20000, seed: int = 0):
     """KL estimators k1/k2/k3: move the reference away from the policy, change the sample size.
 
     Small shifts: k2 is nearly unbiased; large shifts: its bias grows while k3 stays unbiased.

@@ -243,9 +243,9 @@ CHECKS: tuple[Check, ...] = (
           "every sample of a prompt looks the same; pass@k stops rising",
           "the policy sharpens on its own samples: the clip lets likely tokens grow and caps "
           "unlikely ones",
-          "clip-higher (epsilon_high), a higher or decaying temperature, top-entropy tokens, "
-          "Clip-Cov/KL-Cov, a reference reset",
-          "07_exploration",
+          "a higher or decaying temperature, top-entropy tokens, Clip-Cov/KL-Cov, a reference "
+          "reset, clip-higher (epsilon_high; on the tiny model it did not move the entropy)",
+          "07_exploration, 04_dapo (clip-higher)",
           _ratio_to_start("entropy", 0.25, True,
                           "entropy fell to {value:.3f} nats per token, {ratio:.0%} of its "
                           "starting {start:.3f}")),
@@ -285,7 +285,7 @@ CHECKS: tuple[Check, ...] = (
           "NaN or inf in the loss or gradient",
           "a learning rate far too high, float16 overflow, or a reward returning inf/NaN",
           "lower learning_rate; train in bfloat16 or float32; check the reward functions",
-          "docs/troubleshooting.md",
+          "docs/gpu.md, 09_scaling_up",
           _nonfinite_test),
     Check("reward_without_skill", "reward, accuracy",
           "reward rises, accuracy does not",

@@ -129,9 +129,10 @@ def random_pass_counts(generator: torch.Generator, max_samples: int = 2000,
     ==========  ===============  ==================================================================
     draw        share            n, c, k
     ==========  ===============  ==================================================================
-    small       1 - large_share  n in 2..min(``small_samples``, ``max_samples``), k in
-                                 1..min(n - 1, ``max_k``), c in 1..n - k: pass@k strictly
-                                 between 0 and 1, where a biased estimator shows its error
+    small       1 - large_share  n in 3..min(``small_samples``, ``max_samples``), k in
+                                 2..min(n - 1, ``max_k``), c in 1..n - k: pass@k strictly
+                                 between 0 and 1, and k > 1, where a biased estimator shows its
+                                 error (at k = 1 every estimator is c / n)
     large       ``large_share``  n in 1031..``max_samples``, k where C(n, k) passes the largest
                                  float (about 1.8e308), c in 0..min(n - k, ``max_k``): a few
                                  right answers, so pass@k is not always 1
@@ -145,8 +146,8 @@ def random_pass_counts(generator: torch.Generator, max_samples: int = 2000,
     :data:`FLOAT_BINOMIAL_LIMIT`. With the seeds 0..19 of ``check_function(..., n_trials=20)``
     both kinds occur (a test holds this).
     """
-    if max_samples < 2:
-        raise ValueError(f"max_samples must be at least 2, got {max_samples}")
+    if max_samples < 3:
+        raise ValueError(f"max_samples must be at least 3 (n > k >= 2), got {max_samples}")
     large = (max_samples > FLOAT_BINOMIAL_LIMIT
              and float(torch.rand((), generator=generator, dtype=torch.float64)) < large_share)
     if large:
@@ -155,8 +156,9 @@ def random_pass_counts(generator: torch.Generator, max_samples: int = 2000,
         k = int(torch.randint(lowest, n - lowest + 1, (), generator=generator))
         c = int(torch.randint(0, min(n - k, max_k) + 1, (), generator=generator))
     else:
-        n = int(torch.randint(2, min(small_samples, max_samples) + 1, (), generator=generator))
-        k = int(torch.randint(1, min(n - 1, max_k) + 1, (), generator=generator))
+        n = int(torch.randint(3, max(3, min(small_samples, max_samples)) + 1, (),
+                              generator=generator))
+        k = int(torch.randint(2, min(n - 1, max_k) + 1, (), generator=generator))
         c = int(torch.randint(1, n - k + 1, (), generator=generator))
     return {"num_samples": n, "num_correct": c, "k": k}
 

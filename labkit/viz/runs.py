@@ -47,7 +47,22 @@ _METRIC_UNITS = {
     "clip_high": "fraction of tokens", "clip_region": "fraction of tokens",
     "frac_reward_zero_std": "fraction of groups", "truncation_rate": "fraction",
     "eval_truncation": "fraction", "value_clipfrac": "fraction of tokens",
+    "offpolicy_kl": "nats per token", "offpolicy_clip_frac": "fraction of tokens",
+    "offpolicy_corrected_frac": "fraction of tokens", "environment_logp": "nats per token",
+    "tool_call_rate": "fraction of episodes", "eval_tool_call_rate": "fraction of episodes",
+    "tool_error_rate": "fraction of calls", "policy_tokens": "tokens",
+    "sampled_tokens": "tokens", "eval_length_correct": "tokens", "eval_length_wrong": "tokens",
 }
+
+
+def _metric_unit(metric: str) -> str:
+    """The y-axis label of a logged metric: its unit, a share for the per-family accuracies
+    (``accuracy_mul``, ``eval_accuracy_add_d2``), else the metric's own name."""
+    if metric in _METRIC_UNITS:
+        return _METRIC_UNITS[metric]
+    if metric.startswith(("accuracy_", "eval_accuracy_")):
+        return "fraction"
+    return metric
 
 
 def summary_values(runs: Mapping[str, pd.DataFrame],
@@ -282,7 +297,7 @@ def plot_runs(runs: Mapping[str, pd.DataFrame],
                   f"\n({len(missing)} of {len(runs)} runs lack it)")
         ax.set(title=metric + absent,
                xlabel="training step" if x == "step" else x,
-               ylabel=_METRIC_UNITS.get(metric, metric))  # the title names the metric
+               ylabel=_metric_unit(metric))  # the title names the metric
     seeded = any(_seeds(df) > 1 for df in runs.values())
     title = "; ".join(([f"moving average of {smooth} (faint: raw values)"] if smooth > 1 else [])
                       + (["band: min-max over seeds"] if seeded else [])) or None

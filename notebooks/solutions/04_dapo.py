@@ -27,7 +27,7 @@ def dynamic_sampling_mask(rewards, num_generations):
     return grouped.amax(-1) > grouped.amin(-1)
 
 
-# Exercise 4 (experiment): dynamic_sampling False -> True, metric completions_trained.
-# A group whose rewards are all equal has zero advantage and trains nothing; dynamic sampling drops
-# such groups and samples new prompts to refill the batch, so more completions carry a gradient.
+# Exercise 4 (experiment): dynamic_sampling False -> True, metric sampled_tokens.
+# Dynamic sampling drops the groups whose rewards are all equal and samples new prompts to refill
+# the batch, so a step generates more completion tokens than the baseline's one round.
 EXPERIMENT_PREDICTION = "up"

@@ -52,6 +52,8 @@ _METRIC_UNITS = {
     "tool_call_rate": "fraction of episodes", "eval_tool_call_rate": "fraction of episodes",
     "tool_error_rate": "fraction of calls", "policy_tokens": "tokens",
     "sampled_tokens": "tokens", "eval_length_correct": "tokens", "eval_length_wrong": "tokens",
+    "sampling_logp_diff": "nats per token", "sampling_logp_diff_max": "nats",
+    "is_ratio_mean": "ratio (1 = on-policy)",
 }
 
 

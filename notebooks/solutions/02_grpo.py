@@ -45,7 +45,7 @@ def clipped_token_loss(logp, old_logp, advantages, mask, epsilon):
 
 # Exercise 5 (experiment): beta 0.04 -> 1.0, metric grad_norm.
 # GRPO's KL term is in the loss, so it has a gradient of its own, on every sampled token (the
-# all-equal groups' tokens included, which carry no policy gradient); at beta = 1 that pull back
-# towards the reference is 25 times stronger and adds to each step's gradient, although the policy
-# drifts less far (kl_ref falls).
+# all-equal groups' tokens included, which carry no policy gradient); at beta = 1 its coefficient is
+# 25 times larger and its pull back towards the reference adds to each step's gradient, although the
+# policy drifts less far (kl_ref falls).
 EXPERIMENT_PREDICTION = "up"

@@ -101,17 +101,9 @@ def free_names(source: str) -> set[str]:
     """Names a cell reads without assigning them itself (builtins aside)."""
     import builtins
 
-    tree = ast.parse(source)
-    assigned, read = set(), set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            (read if isinstance(node.ctx, ast.Load) else assigned).add(node.id)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            assigned |= {(a.asname or a.name).split(".")[0] for a in node.names}
-        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            assigned.add(node.name)
-        elif isinstance(node, ast.arg):
-            assigned.add(node.arg)
+    from labkit.commands.student_copy import cell_names
+
+    assigned, read = cell_names(source)
     return read - assigned - set(dir(builtins))
 
 

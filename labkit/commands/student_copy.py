@@ -45,8 +45,9 @@ def is_answer(cell) -> bool:
     return cell.cell_type == "markdown" and ANSWER_HEADING in cell.source
 
 
-def _names(source: str) -> tuple[set[str], set[str]]:
-    """(names a code cell binds, names it reads); IPython's ``%`` and ``!`` lines are skipped."""
+def cell_names(source: str) -> tuple[set[str], set[str]]:
+    """(names a code cell binds, names it reads): assignments, imports, function and class
+    definitions and their arguments bind; IPython's ``%`` and ``!`` lines are skipped."""
     code = "\n".join(line for line in source.splitlines()
                      if not line.lstrip().startswith(("%", "!")))
     try:
@@ -56,11 +57,13 @@ def _names(source: str) -> tuple[set[str], set[str]]:
     bound, read = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
-            (bound if isinstance(node.ctx, ast.Store) else read).add(node.id)
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             bound |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
     return bound, read
 
 
@@ -76,7 +79,7 @@ def strip_answers(nb) -> int:
             if not is_answer(cell):
                 kept.append(cell)
             continue
-        bound, read = _names(cell.source)
+        bound, read = cell_names(cell.source)
         if is_answer(cell) or (read - bound) & orphaned:   # a name it binds first is its own
             orphaned |= bound
         else:
